@@ -1,0 +1,1 @@
+"""Benchmarks of django-redislock against its peers: ``python -m bench --help``."""

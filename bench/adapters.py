@@ -1,0 +1,389 @@
+"""One small adapter per lock library, all with the same interface.
+
+Every adapter wraps one lock name and offers ``acquire(blocking, timeout) -> bool`` and
+``release()`` (``timeout=None`` waits forever). Adapters are built from picklable
+:class:`Target` descriptions, so the contended scenario can build them again inside
+spawned worker processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import redis
+import redis.asyncio
+
+#: Compare-and-delete used by the raw baseline (the same script every library uses).
+RELEASE_LUA = """
+if redis.call('get', KEYS[1]) == ARGV[1] then
+    return redis.call('del', KEYS[1])
+end
+return 0
+"""
+
+
+class SyncLock(Protocol):
+    """What the scenarios drive: a lock on one name."""
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool: ...
+
+    def release(self) -> None: ...
+
+
+class AsyncLock(Protocol):
+    """Async twin of :class:`SyncLock`."""
+
+    async def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool: ...
+
+    async def release(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the peers connect: the single node, the Redlock nodes and Django's settings."""
+
+    url: str
+    redlock_urls: tuple[str, ...] = ()
+    django_settings: dict[str, Any] = field(default_factory=dict)
+    redlock_alias_prefix: str = "node"  # Django aliases of the Redlock nodes: node0, node1…
+
+
+_CLIENTS: dict[str, redis.Redis] = {}
+
+
+def client_for(url: str) -> redis.Redis:
+    """Return this process's shared client (one connection pool) for ``url``."""
+    client = _CLIENTS.get(url)
+    if client is None:
+        client = _CLIENTS[url] = redis.Redis.from_url(url)
+    return client
+
+
+# --------------------------------------------------------------------------- raw baseline
+
+
+class RawLock:
+    """Bare ``SET key token NX PX`` + ``EVALSHA`` compare-and-delete; spins when blocked."""
+
+    def __init__(self, client: redis.Redis, name: str, ttl: float) -> None:
+        self._client = client
+        self._key = name
+        self._px = int(ttl * 1000)
+        self._token: bytes | None = None
+        self._sha = client.script_load(RELEASE_LUA)
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        token = os.urandom(16)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if self._client.set(self._key, token, nx=True, px=self._px):
+                self._token = token
+                return True
+            if not blocking or (deadline is not None and time.monotonic() >= deadline):
+                return False
+
+    def release(self) -> None:
+        if not self._client.evalsha(self._sha, 1, self._key, self._token):
+            raise RuntimeError(f"raw lock {self._key!r} was not owned at release")
+        self._token = None
+
+
+class AsyncRawLock:
+    """:class:`RawLock` on ``redis.asyncio``."""
+
+    def __init__(self, client: redis.asyncio.Redis, name: str, ttl: float) -> None:
+        self._client = client
+        self._key = name
+        self._px = int(ttl * 1000)
+        self._token: bytes | None = None
+        self._sha: str | None = None
+
+    async def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        if self._sha is None:
+            self._sha = await self._client.script_load(RELEASE_LUA)
+        token = os.urandom(16)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if await self._client.set(self._key, token, nx=True, px=self._px):
+                self._token = token
+                return True
+            if not blocking or (deadline is not None and time.monotonic() >= deadline):
+                return False
+            await asyncio.sleep(0)
+
+    async def release(self) -> None:
+        assert self._sha is not None
+        if not await self._client.evalsha(self._sha, 1, self._key, self._token):
+            raise RuntimeError(f"raw lock {self._key!r} was not owned at release")
+        self._token = None
+
+    async def aclose(self) -> None:
+        """Close the client (it is bound to the running event loop)."""
+        await self._client.aclose()
+
+
+# --------------------------------------------------------------------------- peers
+
+
+class RedisPyLock:
+    """redis-py's ``redis.lock.Lock`` (sleep-polls every ``sleep`` seconds when blocked)."""
+
+    def __init__(self, client: redis.Redis, name: str, ttl: float, sleep: float) -> None:
+        self._lock = client.lock(name, timeout=ttl, sleep=sleep)
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        return bool(self._lock.acquire(blocking=blocking, blocking_timeout=timeout))
+
+    def release(self) -> None:
+        self._lock.release()
+
+
+class PythonRedisLock:
+    """python-redis-lock: ``BLPOP`` on a signal list while blocked (integer seconds only)."""
+
+    def __init__(self, client: redis.Redis, name: str, ttl: float) -> None:
+        import redis_lock
+
+        self._expire = max(1, math.ceil(ttl))
+        self._lock = redis_lock.Lock(client, name, expire=self._expire)
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        if not blocking:
+            return bool(self._lock.acquire(blocking=False))
+        if timeout is None:
+            return bool(self._lock.acquire(blocking=True))
+        # The library takes whole seconds, at least 1 and at most `expire`.
+        seconds = min(self._expire, max(1, math.ceil(timeout)))
+        return bool(self._lock.acquire(blocking=True, timeout=seconds))
+
+    def release(self) -> None:
+        self._lock.release()
+
+
+class PotteryLock:
+    """pottery's ``Redlock`` over one or more nodes (random sleep up to 0.2 s when blocked)."""
+
+    def __init__(self, clients: list[redis.Redis], name: str, ttl: float) -> None:
+        from pottery import Redlock
+
+        self._lock = Redlock(key=name, masters=frozenset(clients), auto_release_time=ttl)
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        wait = -1 if timeout is None else timeout
+        return bool(self._lock.acquire(blocking=blocking, timeout=wait))
+
+    def release(self) -> None:
+        self._lock.release()
+
+
+# --------------------------------------------------------------------------- ours
+
+
+_DJANGO_READY = False
+
+
+def ours_skip_reason() -> str | None:
+    """Why ``django_redislock`` cannot be benchmarked yet, or None when it can."""
+    try:
+        pass
+    except Exception as exc:  # the library may not exist yet, or may be half-written
+        return f"`import django_redislock` failed ({type(exc).__name__}: {exc})"
+    return ours_feature("Lock")
+
+
+def ours_feature(attr: str) -> str | None:
+    """Why ``django_redislock.<attr>`` is not usable yet, or None when it is."""
+    try:
+        import django_redislock
+
+        getattr(django_redislock, attr)
+    except Exception as exc:  # lazy attributes may raise ImportError, not AttributeError
+        return f"`django_redislock.{attr}` is not available yet ({type(exc).__name__}: {exc})"
+    return None
+
+
+def setup_django(settings_dict: dict[str, Any]) -> None:
+    """Configure Django once in this process (bench main or a spawned worker)."""
+    global _DJANGO_READY
+    if _DJANGO_READY:
+        return
+    import django
+    from django.conf import settings
+
+    if not settings.configured:
+        settings.configure(**settings_dict)
+    django.setup()
+    _DJANGO_READY = True
+
+
+def django_settings(
+    url: str, redlock_urls: tuple[str, ...] = (), proxy_urls: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """Settings for ``settings.configure``.
+
+    Alias "default" is the single node, "node<i>" the Redlock nodes and "pnode<i>" the same
+    nodes behind the delay proxies.
+    """
+    caches: dict[str, Any] = {
+        "default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": url},
+    }
+    aliases = []
+    for prefix, urls in (("node", redlock_urls), ("pnode", proxy_urls)):
+        for index, node_url in enumerate(urls):
+            alias = f"{prefix}{index}"
+            if prefix == "node":
+                aliases.append(alias)
+            caches[alias] = {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": node_url}
+    return {
+        "INSTALLED_APPS": ["django_redislock"],
+        "CACHES": caches,
+        "USE_TZ": True,
+        "REDISLOCK": {"CONNECTION": "default", "REDLOCK_CONNECTIONS": aliases},
+    }
+
+
+class OursLock:
+    """``django_redislock.Lock`` (or ``Redlock`` over the ``node<i>`` aliases)."""
+
+    def __init__(self, target: Target, name: str, ttl: float, redlock: bool = False) -> None:
+        setup_django(target.django_settings)
+        import django_redislock
+
+        if redlock:
+            prefix = target.redlock_alias_prefix
+            aliases = [f"{prefix}{i}" for i in range(len(target.redlock_urls))]
+            self._lock = django_redislock.Redlock(name, connections=aliases, ttl=ttl)
+        else:
+            self._lock = django_redislock.Lock(name, ttl=ttl)
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        return bool(self._lock.acquire(blocking=blocking, timeout=timeout))
+
+    def release(self) -> None:
+        self._lock.release()
+
+
+class AsyncOursLock:
+    """``django_redislock.Lock`` through ``aacquire`` / ``arelease``."""
+
+    def __init__(self, target: Target, name: str, ttl: float) -> None:
+        setup_django(target.django_settings)
+        import django_redislock
+
+        self._lock = django_redislock.Lock(name, ttl=ttl)
+
+    async def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        return bool(await self._lock.aacquire(blocking=blocking, timeout=timeout))
+
+    async def release(self) -> None:
+        await self._lock.arelease()
+
+
+# --------------------------------------------------------------------------- registry
+
+
+@dataclass(frozen=True)
+class Peer:
+    """A library under test: its label and how to build a lock on one name."""
+
+    key: str
+    label: str
+    build: Callable[[Target, str, float], SyncLock]
+    skip: Callable[[], str | None] = lambda: None
+
+
+def _optional(module: str) -> Callable[[], str | None]:
+    def check() -> str | None:
+        try:
+            __import__(module)
+        except Exception as exc:
+            return f"`import {module}` failed ({type(exc).__name__}: {exc})"
+        return None
+
+    return check
+
+
+SYNC_PEERS: dict[str, Peer] = {
+    peer.key: peer
+    for peer in [
+        Peer("raw", "raw SET NX + EVALSHA", lambda t, n, ttl: RawLock(client_for(t.url), n, ttl)),
+        Peer(
+            "redis-py-0.1",
+            "redis-py Lock sleep=0.1",
+            lambda t, n, ttl: RedisPyLock(client_for(t.url), n, ttl, 0.1),
+        ),
+        Peer(
+            "redis-py-0.001",
+            "redis-py Lock sleep=0.001",
+            lambda t, n, ttl: RedisPyLock(client_for(t.url), n, ttl, 0.001),
+        ),
+        Peer(
+            "python-redis-lock",
+            "python-redis-lock",
+            lambda t, n, ttl: PythonRedisLock(client_for(t.url), n, ttl),
+            _optional("redis_lock"),
+        ),
+        Peer(
+            "pottery",
+            "pottery Redlock (1 node)",
+            lambda t, n, ttl: PotteryLock([client_for(t.url)], n, ttl),
+            _optional("pottery"),
+        ),
+        Peer(
+            "ours", "django-redislock Lock", lambda t, n, ttl: OursLock(t, n, ttl), ours_skip_reason
+        ),
+    ]
+}
+
+
+def redlock_peers() -> dict[str, Peer]:
+    """Peers over the five Redlock nodes (scenario 3)."""
+
+    def ours_redlock_skip() -> str | None:
+        return ours_skip_reason() or ours_feature("Redlock")
+
+    return {
+        "pottery-5": Peer(
+            "pottery-5",
+            "pottery Redlock (5 nodes)",
+            lambda t, n, ttl: PotteryLock([client_for(u) for u in t.redlock_urls], n, ttl),
+            _optional("pottery"),
+        ),
+        "ours-redlock-5": Peer(
+            "ours-redlock-5",
+            "django-redislock Redlock (5 nodes)",
+            lambda t, n, ttl: OursLock(t, n, ttl, redlock=True),
+            ours_redlock_skip,
+        ),
+    }
+
+
+@dataclass(frozen=True)
+class AsyncPeer:
+    """An async library under test."""
+
+    key: str
+    label: str
+    build: Callable[[Target, str, float], AsyncLock]
+    skip: Callable[[], str | None] = lambda: None
+
+
+def _async_raw(target: Target, name: str, ttl: float) -> AsyncLock:
+    return AsyncRawLock(redis.asyncio.Redis.from_url(target.url), name, ttl)
+
+
+ASYNC_PEERS: dict[str, AsyncPeer] = {
+    "raw-async": AsyncPeer("raw-async", "raw (redis.asyncio)", _async_raw),
+    "ours-async": AsyncPeer(
+        "ours-async",
+        "django-redislock aacquire/arelease",
+        lambda t, n, ttl: AsyncOursLock(t, n, ttl),
+        ours_skip_reason,
+    ),
+}

@@ -1,0 +1,1 @@
+"""Benchmark scenarios. Each module exposes ``run(ctx) -> Section``."""

@@ -1,0 +1,42 @@
+"""Scenarios 4 and 5: placeholders until the library grows the features they measure."""
+
+from __future__ import annotations
+
+import inspect
+
+from bench.adapters import ours_feature, ours_skip_reason
+from bench.context import Context
+from bench.report import Section
+
+
+def _has_watchdog() -> str | None:
+    reason = ours_skip_reason()
+    if reason:
+        return reason
+    import django_redislock
+
+    if "watchdog" not in inspect.signature(django_redislock.Lock).parameters:
+        return "django_redislock.Lock has no `watchdog` parameter yet"
+    return None
+
+
+def run_watchdog(ctx: Context) -> Section:
+    """Scenario 4: 10,000 held watchdog locks in one process (not written yet)."""
+    section = Section("4. Watchdog scale")
+    reason = _has_watchdog()
+    section.skipped = reason or (
+        "the library has `watchdog=True` now, but this scenario is not written yet "
+        "(renewal CPU per second and renewals per Redis round trip at 10,000 held locks)"
+    )
+    return section
+
+
+def run_inspection(ctx: Context) -> Section:
+    """Scenario 5: `held_locks` first page with 100,000 locks among 1,000,000 keys."""
+    section = Section("5. Inspection")
+    reason = ours_skip_reason() or ours_feature("held_locks")
+    section.skipped = reason or (
+        "`held_locks` exists now, but this scenario is not written yet (first page and a "
+        "one-match pattern search with 100,000 locks among 1,000,000 keys)"
+    )
+    return section
