@@ -1,0 +1,69 @@
+"""django-redislock: distributed locks on Redis for Django projects.
+
+Public names are imported lazily so importing the package never needs Django's
+app registry to be ready.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+from .exceptions import (
+    InvalidLockName,
+    LockBackendUnavailable,
+    LockConfigurationError,
+    LockLost,
+    LockNotAcquired,
+    LockNotOwned,
+    RedisLockError,
+    StaleFence,
+)
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "Lock": ".lock",
+    "Redlock": ".redlock",
+    "locked": ".decorators",
+    "lock_view": ".decorators",
+    "lock_command": ".decorators",
+    "LockedCommand": ".commands",
+    "held_locks": ".inspect",
+    "lock_info": ".inspect",
+    "force_release": ".inspect",
+    "LockInfo": ".inspect",
+}
+
+if TYPE_CHECKING:
+    from .lock import Lock
+
+__all__ = [
+    "InvalidLockName",
+    "Lock",
+    "LockBackendUnavailable",
+    "LockConfigurationError",
+    "LockInfo",
+    "LockLost",
+    "LockNotAcquired",
+    "LockNotOwned",
+    "LockedCommand",
+    "RedisLockError",
+    "Redlock",
+    "StaleFence",
+    "force_release",
+    "held_locks",
+    "lock_command",
+    "lock_info",
+    "lock_view",
+    "locked",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'django_redislock' has no attribute {name!r}")
+    value = getattr(import_module(module, __name__), name)
+    globals()[name] = value
+    return value

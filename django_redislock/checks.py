@@ -1,0 +1,146 @@
+"""Django system checks for the ``REDISLOCK`` settings and the lock server.
+
+Errors ``redislock.E0xx``, warnings ``redislock.W0xx``; messages and hints are
+kept together here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
+
+from .conf import DEFAULTS, get_config
+from .keys import validate_ttl
+
+#: maxmemory policies that may evict a key that has a TTL, i.e. a held lock.
+EVICTING_POLICIES = {
+    "volatile-lru",
+    "volatile-lfu",
+    "volatile-random",
+    "volatile-ttl",
+    "allkeys-lru",
+    "allkeys-lfu",
+    "allkeys-random",
+}
+
+
+def _alias_problem(alias: Any, what: str, obj: str) -> list[CheckMessage]:
+    caches = getattr(settings, "CACHES", {})
+    if not isinstance(alias, str) or alias not in caches:
+        return [
+            Error(
+                f"{what} {alias!r} is not a cache alias in settings.CACHES.",
+                hint="Add a django-redis cache with that alias, or point "
+                f"{what} at an existing one.",
+                obj=obj,
+                id="redislock.E001",
+            )
+        ]
+    backend = str(caches[alias].get("BACKEND", ""))
+    client_class = str(caches[alias].get("OPTIONS", {}).get("CLIENT_CLASS", ""))
+    if not backend.startswith("django_redis."):
+        return [
+            Error(
+                f"Cache {alias!r} uses {backend!r}, not django-redis.",
+                hint="Locks need BACKEND 'django_redis.cache.RedisCache'.",
+                obj=obj,
+                id="redislock.E002",
+            )
+        ]
+    if client_class.endswith("ShardClient"):
+        return [
+            Error(
+                f"Cache {alias!r} uses django-redis's ShardClient; a lock key needs one server.",
+                hint="Point the lock at a non-sharded django-redis alias.",
+                obj=obj,
+                id="redislock.E002",
+            )
+        ]
+    return []
+
+
+@register(Tags.caches)
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Check the REDISLOCK dict: aliases, TTL, prefix, Redlock nodes, unknown keys."""
+    config = get_config()
+    messages: list[CheckMessage] = []
+    extra = set(config) - set(DEFAULTS) - {"CONNECTIONS"}
+    if extra:
+        messages.append(
+            Warning(
+                f"Unknown REDISLOCK setting(s): {', '.join(sorted(extra))}.",
+                hint=f"Known settings: {', '.join(sorted(DEFAULTS))}.",
+                obj="settings.REDISLOCK",
+                id="redislock.W002",
+            )
+        )
+    messages += _alias_problem(
+        config["CONNECTION"], "REDISLOCK['CONNECTION']", "settings.REDISLOCK"
+    )
+    try:
+        validate_ttl(config["TTL"], "REDISLOCK['TTL']")
+    except ValueError as exc:
+        messages.append(
+            Error(
+                str(exc),
+                hint="Use a positive number of seconds, e.g. 30.0.",
+                obj="settings.REDISLOCK",
+                id="redislock.E003",
+            )
+        )
+    prefix = config["KEY_PREFIX"]
+    if not isinstance(prefix, str) or not prefix or "{" in prefix or "}" in prefix:
+        messages.append(
+            Error(
+                f"REDISLOCK['KEY_PREFIX'] {prefix!r} must be a non-empty str without braces.",
+                obj="settings.REDISLOCK",
+                id="redislock.E005",
+            )
+        )
+    nodes = config["REDLOCK_CONNECTIONS"]
+    if nodes:
+        if not isinstance(nodes, (list, tuple)) or len(nodes) < 3 or len(nodes) % 2 == 0:
+            count = len(nodes) if isinstance(nodes, (list, tuple)) else repr(nodes)
+            messages.append(
+                Error(
+                    f"REDISLOCK['REDLOCK_CONNECTIONS'] has {count} entries; Redlock needs an "
+                    "odd number >= 3 of independent nodes.",
+                    hint="List 3, 5 or 7 django-redis aliases of independent primaries.",
+                    obj="settings.REDISLOCK",
+                    id="redislock.E004",
+                )
+            )
+        else:
+            for alias in nodes:
+                messages += _alias_problem(alias, "Redlock node", "settings.REDISLOCK")
+    return messages
+
+
+@register(Tags.caches)
+def check_eviction_policy(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Warn when the lock server may evict keys with a TTL (that is, held locks)."""
+    from .connection import lock_client
+
+    alias = get_config()["CONNECTION"]
+    if _alias_problem(alias, "", ""):
+        return []  # reported by check_settings
+    try:
+        policy = lock_client(alias).config_get("maxmemory-policy").get(b"maxmemory-policy")
+    except Exception:
+        return []
+    if isinstance(policy, bytes):
+        policy = policy.decode()
+    if policy in EVICTING_POLICIES:
+        return [
+            Warning(
+                f"The lock server of cache {alias!r} uses maxmemory-policy {policy!r}: under "
+                "memory pressure it may evict a held lock, and a second holder gets it.",
+                hint="Use 'noeviction' on the lock server (a separate Redis for locks if the "
+                "cache needs eviction), and give it enough memory.",
+                obj=f"CACHES[{alias!r}]",
+                id="redislock.W001",
+            )
+        ]
+    return []

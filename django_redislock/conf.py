@@ -1,0 +1,50 @@
+"""The ``REDISLOCK`` settings dict, merged over defaults.
+
+Read through :func:`get_config` (cached, cleared on Django's ``setting_changed``)
+so ``override_settings`` works and nothing is read at import time.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from django.conf import settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+DEFAULTS: dict[str, Any] = {
+    # django-redis cache alias (or a name in CONNECTIONS) the locks use.
+    "CONNECTION": "default",
+    # Every key starts with this; one lock keeps all its keys in one hash slot.
+    "KEY_PREFIX": "redislock",
+    # Seconds a lock lives unless extended. Never infinite.
+    "TTL": 30.0,
+    # Keep extending the TTL while the holder lives.
+    "WATCHDOG": False,
+    # django-redis aliases of independent primaries for Redlock (odd count >= 3).
+    "REDLOCK_CONNECTIONS": [],
+    # Socket timeouts of the lock's own connections (seconds). A lock command
+    # must fail fast against a frozen server rather than hang.
+    "SOCKET_TIMEOUT": 5.0,
+    "SOCKET_CONNECT_TIMEOUT": 2.0,
+    # Wake waiters through pub/sub on release; False = jittered backoff only.
+    "PUBSUB_WAKEUP": True,
+    # Dotted path of a default ``on_busy(request, info)`` for lock_view.
+    "VIEW_ON_BUSY": None,
+}
+
+
+@lru_cache(maxsize=1)
+def get_config() -> dict[str, Any]:
+    """Return the effective settings: ``settings.REDISLOCK`` merged over :data:`DEFAULTS`."""
+    user = getattr(settings, "REDISLOCK", None) or {}
+    config = dict(DEFAULTS)
+    config.update(user)
+    return config
+
+
+@receiver(setting_changed)
+def _clear_config(*, setting: str, **kwargs: Any) -> None:
+    if setting == "REDISLOCK":
+        get_config.cache_clear()

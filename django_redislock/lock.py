@@ -1,0 +1,660 @@
+"""The single-node distributed lock.
+
+``Lock`` = ``SET key token NX PX ttl`` (plus fence and holder metadata, one Lua
+call) to acquire, compare-token-then-delete (Lua) to release. Public methods
+validate and keep the object's state; the small ``_do_*`` hooks talk to Redis,
+so :class:`~django_redislock.redlock.Redlock` shares everything else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ReadOnlyError, RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from . import signals, waiting
+from .conf import get_config
+from .connection import async_lock_client, lock_client
+from .exceptions import (
+    LockBackendUnavailable,
+    LockLost,
+    LockNotAcquired,
+    LockNotOwned,
+    RedisLockError,
+)
+from .holder import holder_fields
+from .keys import LockKeys, validate_name, validate_prefix, validate_seconds, validate_ttl
+from .scripts import ACQUIRE, EXTEND, RELEASE
+
+acquire_logger = logging.getLogger("django_redislock.acquire")
+release_logger = logging.getLogger("django_redislock.release")
+
+#: The clock every lock uses for timeouts and validity; tests may replace it.
+clock: Callable[[], float] = time.monotonic
+
+#: Errors that mean "the server could not be reached": the outcome is unknown.
+UNREACHABLE = (RedisConnectionError, RedisTimeoutError, ReadOnlyError, OSError)
+
+#: Upper bound of one wait while subscribed, a safety net for a lost message.
+MAX_SUBSCRIBED_WAIT = 2.0
+
+# Strong references to clean-up tasks started when an async call is cancelled.
+_background_tasks: set[asyncio.Task[Any]] = set()
+
+
+def new_token() -> str:
+    """An unguessable token (128 bits from :mod:`secrets`)."""
+    return secrets.token_urlsafe(16)
+
+
+class BaseLock:
+    """Everything a lock does except talking to Redis (see the ``_do_*`` hooks)."""
+
+    #: The Django signal ``sender``.
+    name: str
+    key: str
+    token: str | None
+    fence: int | None
+    lost: bool
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        ttl: float | None = None,
+        timeout: float | None = None,
+        blocking: bool = True,
+        watchdog: bool | None = None,
+        fencing: bool = True,
+        purpose: str | None = None,
+        on_lost: Callable[[Any], Any] | None = None,
+        max_hold: float | None = None,
+    ) -> None:
+        config = get_config()
+        self.name = validate_name(name)
+        self.keys = LockKeys.build(validate_prefix(config["KEY_PREFIX"]), self.name)
+        self.key = self.keys.key
+        self.ttl = validate_ttl(config["TTL"] if ttl is None else ttl) / 1000
+        self._ttl_ms = validate_ttl(self.ttl)
+        self.timeout = _validate_timeout(timeout)
+        if not isinstance(blocking, bool):
+            raise ValueError(f"blocking must be True or False, not {blocking!r}")
+        self.blocking = blocking
+        self.watchdog = bool(config["WATCHDOG"] if watchdog is None else watchdog)
+        self.fencing = bool(fencing)
+        if purpose is not None and not isinstance(purpose, str):
+            raise ValueError(f"purpose must be a str, not {purpose!r}")
+        self.purpose = purpose
+        if on_lost is not None and not callable(on_lost):
+            raise ValueError(f"on_lost must be callable, not {on_lost!r}")
+        self.on_lost = on_lost
+        self.max_hold = (
+            None if max_hold is None else validate_seconds(max_hold, "max_hold", allow_zero=False)
+        )
+        self.token = None
+        self.fence = None
+        self.lost = False
+        self._owner_pid: int | None = None
+        #: clock() before the acquire that succeeded was sent.
+        self.acquired_at: float | None = None
+        #: clock() time until which this holder may believe it holds the lock.
+        self.valid_until: float | None = None
+        #: The holder's remaining TTL (seconds) seen by the last failed attempt.
+        self.last_holder_ttl: float | None = None
+
+    # -- hooks for subclasses ---------------------------------------------
+    def _do_acquire(self, token: str) -> tuple[bool, int]:
+        """Try once: (True, fence) or (False, holder's pttl in ms)."""
+        raise NotImplementedError
+
+    def _do_release(self, token: str) -> bool:
+        raise NotImplementedError
+
+    def _do_extend(self, token: str, ttl_ms: int) -> bool:
+        raise NotImplementedError
+
+    def _do_cleanup(self, token: str) -> None:
+        """Best-effort compare-and-delete after an acquire whose outcome is unknown."""
+        raise NotImplementedError
+
+    async def _ado_acquire(self, token: str) -> tuple[bool, int]:
+        raise NotImplementedError
+
+    async def _ado_release(self, token: str) -> bool:
+        raise NotImplementedError
+
+    async def _ado_extend(self, token: str, ttl_ms: int) -> bool:
+        raise NotImplementedError
+
+    async def _ado_cleanup(self, token: str) -> None:
+        raise NotImplementedError
+
+    def _backend_error(self, exc: BaseException) -> RedisLockError:
+        raise NotImplementedError
+
+    def _wake_alias(self) -> str | None:
+        """The alias whose pub/sub wakes waiters, or None to use backoff only."""
+        return None
+
+    def _validity(self, started: float) -> float:
+        """Seconds the holder may trust the lock from ``started`` (before the send)."""
+        return self.ttl
+
+    # -- state --------------------------------------------------------------
+    def _check_not_held(self) -> None:
+        if self.token is not None and self._owner_pid == os.getpid():
+            raise RedisLockError(
+                f"Lock {self.name!r} is already acquired by this object; release it first, "
+                "or use one Lock object per holder.",
+                lock_name=self.name,
+            )
+
+    def _took(self, token: str, fence: int, started: float) -> None:
+        self.token = token
+        self.fence = fence if self.fencing else None
+        self.lost = False
+        self._owner_pid = os.getpid()
+        self.acquired_at = started
+        self.valid_until = started + self._validity(started)
+        self.last_holder_ttl = None
+        acquire_logger.debug("acquired %r fence=%s", self.name, self.fence)
+        signals.lock_acquired.send(sender=type(self), lock=self)
+
+    def _forget(self) -> None:
+        self.token = None
+        self._owner_pid = None
+        self.valid_until = None
+
+    def _owned_token(self, action: str) -> str:
+        """The token to release/extend with, or LockNotOwned."""
+        if self.token is None:
+            raise LockNotOwned(
+                f"Cannot {action} lock {self.name!r}: this object does not hold it.",
+                lock_name=self.name,
+            )
+        if self._owner_pid != os.getpid():
+            raise LockNotOwned(
+                f"Cannot {action} lock {self.name!r}: it is held by process {self._owner_pid}, "
+                f"not by this forked process {os.getpid()}.",
+                lock_name=self.name,
+            )
+        return self.token
+
+    def _not_owned(self, action: str) -> LockNotOwned:
+        return LockNotOwned(
+            f"Cannot {action} lock {self.name!r}: it expired or another holder took it.",
+            lock_name=self.name,
+        )
+
+    def _resolve_wait(self, blocking: bool | None, timeout: float | None) -> float | None:
+        blocking = self.blocking if blocking is None else blocking
+        if not isinstance(blocking, bool):
+            raise ValueError(f"blocking must be True or False, not {blocking!r}")
+        if not blocking:
+            return 0.0
+        return self.timeout if timeout is None else _validate_timeout(timeout)
+
+    def _next_wait(self, pttl_ms: int, deadline: float | None, mode: str, delays: Any) -> float:
+        """How long to sleep before the next attempt.
+
+        ``mode``: "confirming" (just subscribed: the confirmation wakes us),
+        "subscribed" (a release wakes us) or "backoff" (no pub/sub).
+        """
+        if mode == "confirming":
+            wait = waiting.CONFIRM_TIMEOUT
+        elif mode == "subscribed":
+            wait = MAX_SUBSCRIBED_WAIT
+        else:
+            wait = next(delays)
+        if pttl_ms > 0:  # never sleep past the moment the holder's lock expires
+            wait = min(wait, pttl_ms / 1000 + 0.001)
+        if deadline is not None:
+            wait = min(wait, deadline - clock())
+        return max(wait, 0.0)
+
+    def _wait_mode(self, waiter: Any, registered_now: bool) -> str:
+        if waiter is None:
+            return "backoff"
+        if registered_now:
+            return "confirming"
+        return "subscribed" if waiter.subscribed else "backoff"
+
+    # -- sync API -------------------------------------------------------------
+    def acquire(self, blocking: bool | None = None, timeout: float | None = None) -> bool:
+        """Acquire the lock; True on success, False when the timeout ran out.
+
+        ``blocking=False`` tries once. ``timeout`` (seconds) bounds the wait;
+        ``None`` waits forever. Raises :class:`LockBackendUnavailable` when Redis
+        cannot be reached.
+        """
+        wait_for = self._resolve_wait(blocking, timeout)
+        self._check_not_held()
+        token = new_token()
+        deadline = None if wait_for is None else clock() + wait_for
+        alias = self._wake_alias()
+        waiter = None
+        delays = waiting.backoff_delays()
+        try:
+            while True:
+                if waiter is not None:
+                    waiter.clear()
+                started = clock()
+                try:
+                    ok, value = self._do_acquire(token)
+                except UNREACHABLE as exc:
+                    self._cleanup_quietly(token)
+                    raise self._backend_error(exc) from exc
+                except RedisError as exc:
+                    raise self._backend_error(exc) from exc
+                if ok:
+                    self._took(token, value, started)
+                    return True
+                self.last_holder_ttl = value / 1000 if value > 0 else None
+                if deadline is not None and clock() >= deadline:
+                    acquire_logger.debug("gave up on %r", self.name)
+                    return False
+                registered_now = waiter is None and alias is not None
+                if registered_now:
+                    waiter = waiting.register(alias, self.keys.channel)
+                mode = self._wait_mode(waiter, registered_now)
+                pause = self._next_wait(value, deadline, mode, delays)
+                if waiter is not None:
+                    waiter.wait(pause)
+                else:
+                    time.sleep(pause)
+        finally:
+            if waiter is not None:
+                waiter.close()
+
+    def release(self) -> None:
+        """Release the lock; :class:`LockNotOwned` if this object no longer holds it."""
+        token = self._owned_token("release")
+        self._forget()
+        try:
+            released = self._do_release(token)
+        except RedisError as exc:
+            raise self._backend_error(exc) from exc
+        self._after_release(released)
+
+    def _after_release(self, released: bool) -> None:
+        if not released:
+            raise self._not_owned("release")
+        release_logger.debug("released %r", self.name)
+        signals.lock_released.send(sender=type(self), lock=self)
+
+    def extend(self, ttl: float | None = None) -> None:
+        """Reset the remaining TTL to ``ttl`` seconds (default: the lock's ttl)."""
+        ttl_ms = self._ttl_ms if ttl is None else validate_ttl(ttl)
+        token = self._owned_token("extend")
+        started = clock()
+        try:
+            extended = self._do_extend(token, ttl_ms)
+        except RedisError as exc:
+            raise self._backend_error(exc) from exc
+        if not extended:
+            raise self._not_owned("extend")
+        self.valid_until = started + ttl_ms / 1000
+
+    def check(self) -> None:
+        """Raise :class:`LockLost` if this lock was lost, :class:`LockNotOwned` if never held.
+
+        Cheap (no network): for long jobs to call between steps.
+        """
+        if self.lost:
+            raise LockLost(f"Lock {self.name!r} was lost.", lock_name=self.name)
+        self._owned_token("check")
+
+    def _cleanup_quietly(self, token: str) -> None:
+        try:
+            self._do_cleanup(token)
+        except Exception as exc:
+            acquire_logger.warning(
+                "Could not clean up after a failed acquire of %r (it expires in %.3fs): %s",
+                self.name,
+                self.ttl,
+                exc,
+            )
+
+    def __enter__(self) -> BaseLock:
+        if not self.acquire():
+            raise self._busy_error()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        lost = self.lost
+        try:
+            if self.token is not None:
+                self.release()
+        except LockNotOwned:
+            lost = True
+        except RedisLockError:
+            if exc_type is None:
+                raise
+            release_logger.exception("Releasing %r failed while an error propagated", self.name)
+        self._raise_if_lost(lost, exc_type)
+
+    def _raise_if_lost(self, lost: bool, exc_type: type[BaseException] | None) -> None:
+        if not lost:
+            return
+        if exc_type is None:
+            raise LockLost(
+                f"Lock {self.name!r} was lost while held (expired or taken over).",
+                lock_name=self.name,
+            )
+        release_logger.error(
+            "Lock %r was lost while held; not raising LockLost over the propagating %s",
+            self.name,
+            exc_type.__name__,
+        )
+
+    def _busy_error(self) -> LockNotAcquired:
+        waited = "" if self.timeout is None else f" within {self.timeout:g}s"
+        left = self.last_holder_ttl
+        held = "" if left is None else f"; the holder's lock expires in {left:.3f}s"
+        return LockNotAcquired(
+            f"Could not acquire lock {self.name!r}{waited}: it is held by someone else{held}.",
+            lock_name=self.name,
+            remaining=left,
+        )
+
+    # -- async API ------------------------------------------------------------
+    async def aacquire(self, blocking: bool | None = None, timeout: float | None = None) -> bool:
+        """Async twin of :meth:`acquire`. Cancelling it leaves no key behind."""
+        wait_for = self._resolve_wait(blocking, timeout)
+        self._check_not_held()
+        token = new_token()
+        deadline = None if wait_for is None else clock() + wait_for
+        alias = self._wake_alias()
+        waiter = None
+        delays = waiting.backoff_delays()
+        try:
+            while True:
+                if waiter is not None:
+                    waiter.clear()
+                started = clock()
+                try:
+                    ok, value = await self._ado_acquire(token)
+                except asyncio.CancelledError:
+                    # The SET may have landed: delete it if it holds our token.
+                    _in_background(self._ado_cleanup(token))
+                    raise
+                except UNREACHABLE as exc:
+                    await self._acleanup_quietly(token)
+                    raise self._backend_error(exc) from exc
+                except RedisError as exc:
+                    raise self._backend_error(exc) from exc
+                if ok:
+                    self._took(token, value, started)
+                    return True
+                self.last_holder_ttl = value / 1000 if value > 0 else None
+                if deadline is not None and clock() >= deadline:
+                    return False
+                registered_now = waiter is None and alias is not None
+                if registered_now:
+                    waiter = waiting.register(
+                        alias, self.keys.channel, loop=asyncio.get_running_loop()
+                    )
+                mode = self._wait_mode(waiter, registered_now)
+                pause = self._next_wait(value, deadline, mode, delays)
+                if waiter is not None:
+                    await waiter.await_wake(pause)
+                else:
+                    await asyncio.sleep(pause)
+        finally:
+            if waiter is not None:
+                waiter.close()
+
+    async def arelease(self) -> None:
+        """Async twin of :meth:`release`. Cancelling it still releases the lock."""
+        token = self._owned_token("release")
+        self._forget()
+        # Shielded: a cancelled caller must not leave the lock held until its TTL.
+        task = _in_background(self._ado_release(token))
+        try:
+            released = await asyncio.shield(task)
+        except RedisError as exc:
+            raise self._backend_error(exc) from exc
+        self._after_release(released)
+
+    async def aextend(self, ttl: float | None = None) -> None:
+        """Async twin of :meth:`extend`."""
+        ttl_ms = self._ttl_ms if ttl is None else validate_ttl(ttl)
+        token = self._owned_token("extend")
+        started = clock()
+        try:
+            extended = await self._ado_extend(token, ttl_ms)
+        except RedisError as exc:
+            raise self._backend_error(exc) from exc
+        if not extended:
+            raise self._not_owned("extend")
+        self.valid_until = started + ttl_ms / 1000
+
+    async def _acleanup_quietly(self, token: str) -> None:
+        try:
+            await self._ado_cleanup(token)
+        except Exception as exc:
+            acquire_logger.warning(
+                "Could not clean up after a failed acquire of %r: %s", self.name, exc
+            )
+
+    async def __aenter__(self) -> BaseLock:
+        if not await self.aacquire():
+            raise self._busy_error()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        lost = self.lost
+        try:
+            if self.token is not None:
+                await self.arelease()
+        except LockNotOwned:
+            lost = True
+        except RedisLockError:
+            if exc_type is None:
+                raise
+            release_logger.exception("Releasing %r failed while an error propagated", self.name)
+        self._raise_if_lost(lost, exc_type)
+
+    def __repr__(self) -> str:
+        state = "held" if self.token else "not held"
+        return f"<{type(self).__name__} {self.name!r} {state}>"
+
+
+class Lock(BaseLock):
+    """A distributed lock on one Redis server (a django-redis cache alias).
+
+    See the README and ``docs/locks.md``; the signature is the public contract.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        ttl: float | None = None,
+        timeout: float | None = None,
+        blocking: bool = True,
+        watchdog: bool | None = None,
+        connection: str | None = None,
+        fencing: bool = True,
+        purpose: str | None = None,
+        on_lost: Callable[[Any], Any] | None = None,
+        max_hold: float | None = None,
+        wait_replicas: int = 0,
+        wait_timeout: float | None = None,
+    ) -> None:
+        super().__init__(
+            name,
+            ttl=ttl,
+            timeout=timeout,
+            blocking=blocking,
+            watchdog=watchdog,
+            fencing=fencing,
+            purpose=purpose,
+            on_lost=on_lost,
+            max_hold=max_hold,
+        )
+        alias = get_config()["CONNECTION"] if connection is None else connection
+        if not isinstance(alias, str) or not alias:
+            raise ValueError(f"connection must be a cache alias (str), not {alias!r}")
+        self.connection = alias
+        if isinstance(wait_replicas, bool) or not isinstance(wait_replicas, int):
+            raise ValueError(f"wait_replicas must be an int >= 0, not {wait_replicas!r}")
+        if wait_replicas < 0:
+            raise ValueError(f"wait_replicas must be >= 0, not {wait_replicas!r}")
+        self.wait_replicas = wait_replicas
+        self.wait_timeout = (
+            None
+            if wait_timeout is None
+            else validate_seconds(wait_timeout, "wait_timeout", allow_zero=False)
+        )
+
+    # Arguments of the scripts, built once per lock object.
+    def _acquire_args(self, token: str) -> tuple[list[str], list[Any]]:
+        keys = [self.keys.key, self.keys.fence, self.keys.meta]
+        args: list[Any] = [token, self._ttl_ms, "1" if self.fencing else "0"]
+        args += holder_fields(self.purpose, self.watchdog, self._ttl_ms)
+        return keys, args
+
+    def _wake_alias(self) -> str | None:
+        return self.connection if get_config()["PUBSUB_WAKEUP"] else None
+
+    def _backend_error(self, exc: BaseException) -> RedisLockError:
+        if isinstance(exc, UNREACHABLE):
+            return LockBackendUnavailable(
+                f"Redis for lock {self.name!r} (connection {self.connection!r}) is unavailable: "
+                f"{exc}",
+                lock_name=self.name,
+                aliases=[self.connection],
+            )
+        return RedisLockError(
+            f"Redis refused a command for lock {self.name!r} (connection "
+            f"{self.connection!r}): {exc}",
+            lock_name=self.name,
+        )
+
+    def _client(self) -> Any:
+        return lock_client(self.connection)
+
+    def _do_acquire(self, token: str) -> tuple[bool, int]:
+        keys, args = self._acquire_args(token)
+        ok, value = ACQUIRE(self._client(), keys, args)
+        return ok == 1, int(value)
+
+    def _do_release(self, token: str) -> bool:
+        keys = [self.keys.key, self.keys.meta]
+        return RELEASE(self._client(), keys, [token, self.keys.channel]) == 1
+
+    def _do_extend(self, token: str, ttl_ms: int) -> bool:
+        keys = [self.keys.key, self.keys.meta]
+        return EXTEND(self._client(), keys, [token, ttl_ms]) == 1
+
+    def _do_cleanup(self, token: str) -> None:
+        self._do_release(token)
+
+    async def _ado_acquire(self, token: str) -> tuple[bool, int]:
+        keys, args = self._acquire_args(token)
+        ok, value = await ACQUIRE.acall(await async_lock_client(self.connection), keys, args)
+        return ok == 1, int(value)
+
+    async def _ado_release(self, token: str) -> bool:
+        keys = [self.keys.key, self.keys.meta]
+        client = await async_lock_client(self.connection)
+        return await RELEASE.acall(client, keys, [token, self.keys.channel]) == 1
+
+    async def _ado_extend(self, token: str, ttl_ms: int) -> bool:
+        keys = [self.keys.key, self.keys.meta]
+        return (
+            await EXTEND.acall(await async_lock_client(self.connection), keys, [token, ttl_ms]) == 1
+        )
+
+    async def _ado_cleanup(self, token: str) -> None:
+        await self._ado_release(token)
+
+    # -- queries ----------------------------------------------------------------
+    def locked(self) -> bool:
+        """True if anyone holds the lock."""
+        return bool(self._query(lambda c: c.exists(self.key)))
+
+    def owned(self) -> bool:
+        """True if this object holds the lock right now (checked in Redis)."""
+        if self.token is None or self._owner_pid != os.getpid():
+            return False
+        value = self._query(lambda c: c.get(self.key))
+        return value is not None and value.decode() == self.token
+
+    def remaining(self) -> float | None:
+        """Seconds of TTL the lock has left, or ``None`` when nobody holds it."""
+        return _pttl_seconds(self._query(lambda c: c.pttl(self.key)))
+
+    def _query(self, call: Callable[[Any], Any]) -> Any:
+        try:
+            return call(self._client())
+        except RedisError as exc:
+            raise self._backend_error(exc) from exc
+
+    async def _aquery(self, call: Callable[[Any], Any]) -> Any:
+        try:
+            return await call(await async_lock_client(self.connection))
+        except RedisError as exc:
+            raise self._backend_error(exc) from exc
+
+    async def alocked(self) -> bool:
+        """Async twin of :meth:`locked`."""
+        return bool(await self._aquery(lambda c: c.exists(self.key)))
+
+    async def aowned(self) -> bool:
+        """Async twin of :meth:`owned`."""
+        if self.token is None or self._owner_pid != os.getpid():
+            return False
+        value = await self._aquery(lambda c: c.get(self.key))
+        return value is not None and value.decode() == self.token
+
+    async def aremaining(self) -> float | None:
+        """Async twin of :meth:`remaining`."""
+        return _pttl_seconds(await self._aquery(lambda c: c.pttl(self.key)))
+
+
+def _pttl_seconds(pttl: int) -> float | None:
+    return None if pttl is None or pttl < 0 else pttl / 1000
+
+
+def _validate_timeout(timeout: object) -> float | None:
+    if timeout is None:
+        return None
+    return validate_seconds(timeout, "timeout", allow_zero=True)
+
+
+def _in_background(coro: Any) -> asyncio.Task[Any]:
+    task = asyncio.ensure_future(coro)
+    _background_tasks.add(task)
+    task.add_done_callback(_background_done)
+    return task
+
+
+def _background_done(task: asyncio.Task[Any]) -> None:
+    _background_tasks.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        # Retrieved here so asyncio does not warn; the awaiting caller (if any) re-raises it.
+        release_logger.debug("background lock call failed: %r", task.exception())
+
+
+__all__ = ["BaseLock", "Lock", "clock"]

@@ -1,0 +1,16 @@
+-- Delete a lock whoever holds it (or, given a token, only if that holder still
+-- holds it) and wake the waiters. The fence counter is left alone, so the next
+-- holder's fence is still higher.
+-- KEYS[1] lock key, KEYS[2] holder metadata
+-- ARGV[1] release channel, ARGV[2] expected token or '' for any holder
+-- Returns 1 when deleted, 0 when nobody held it, -1 when another token holds it.
+local current = redis.call('GET', KEYS[1])
+if not current then
+  return 0
+end
+if ARGV[2] ~= '' and current ~= ARGV[2] then
+  return -1
+end
+redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('PUBLISH', ARGV[1], '1')
+return 1

@@ -1,0 +1,293 @@
+"""Waking waiters when a lock is released, with one subscriber per process.
+
+A release publishes on the lock's channel. Each process keeps ONE daemon thread
+that owns one pub/sub connection per lock connection alias; local waiters (a
+thread blocked in ``acquire`` or a task awaiting ``aacquire``) register for a
+lock name and are woken when a release for that name arrives. No connection is
+held per waiter and nobody polls Redis at a fixed interval.
+
+A waiter registers, waits for the subscription to be confirmed, then retries:
+a release that happened before the subscription is caught by that retry. If
+the subscriber is down, waiters fall back to jittered backoff (see
+:func:`backoff_delays`); every wait is also bounded by the holder's remaining
+TTL, so a crashed holder's lock is picked up as soon as it expires.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import select
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from redis.exceptions import RedisError
+
+logger = logging.getLogger("django_redislock.waiting")
+
+#: Keep a channel subscribed this long after its last waiter left, so a busy
+#: lock does not pay a SUBSCRIBE round trip per contended acquire.
+LINGER_SECONDS = 5.0
+#: How long to wait for the subscriber's confirmation before using backoff.
+CONFIRM_TIMEOUT = 1.0
+
+
+def backoff_delays(base: float = 0.002, cap: float = 0.064) -> Iterator[float]:
+    """Full-jitter exponential backoff: 0..base, 0..2*base, ... capped at ``cap``."""
+    attempt = 0
+    while True:
+        yield random.uniform(0, min(cap, base * (2**attempt)))
+        attempt = min(attempt + 1, 16)
+
+
+class Waiter:
+    """One blocked acquirer, woken by a release on its lock's channel."""
+
+    __slots__ = ("_async_event", "_event", "_listener", "_loop", "channel")
+
+    def __init__(self, listener: _AliasListener, channel: bytes, loop: Any = None) -> None:
+        self._listener = listener
+        self.channel = channel
+        self._loop = loop
+        self._event = threading.Event() if loop is None else None
+        self._async_event = asyncio.Event() if loop is not None else None
+
+    @property
+    def subscribed(self) -> bool:
+        """True once the subscription is confirmed and the subscriber is healthy."""
+        return self._listener.is_confirmed(self.channel)
+
+    def wake(self) -> None:
+        if self._event is not None:
+            self._event.set()
+        else:
+            # A closed loop (RuntimeError) has nobody waiting any more.
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._async_event.set)
+
+    def clear(self) -> None:
+        if self._event is not None:
+            self._event.clear()
+        else:
+            self._async_event.clear()
+
+    def wait(self, seconds: float) -> bool:
+        """Block up to ``seconds``; True when woken."""
+        return self._event.wait(max(seconds, 0.0))
+
+    async def await_wake(self, seconds: float) -> bool:
+        """Async twin of :meth:`wait`."""
+        try:
+            await asyncio.wait_for(self._async_event.wait(), max(seconds, 0.0))
+        except asyncio.TimeoutError:
+            return False
+        return True
+
+    def close(self) -> None:
+        self._listener.remove(self)
+
+
+class _AliasListener:
+    """The subscriber thread's state for one connection alias."""
+
+    def __init__(self, alias: str) -> None:
+        self.alias = alias
+        self._lock = threading.Lock()
+        self._waiters: dict[bytes, set[Waiter]] = {}
+        self._subscribed: set[bytes] = set()  # requested on the connection
+        self._confirmed: set[bytes] = set()  # confirmed by the server
+        self._linger: dict[bytes, float] = {}  # channel -> unsubscribe deadline
+        self._pending = False
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._thread: threading.Thread | None = None
+        self._healthy = True
+
+    # -- called from waiting threads / event loops ------------------------
+    def add(self, waiter: Waiter) -> None:
+        with self._lock:
+            self._waiters.setdefault(waiter.channel, set()).add(waiter)
+            self._linger.pop(waiter.channel, None)
+            if waiter.channel not in self._subscribed:
+                self._pending = True
+            already = waiter.channel in self._confirmed
+            self._ensure_thread()
+        if already:
+            waiter.wake()
+        else:
+            self._poke()
+
+    def remove(self, waiter: Waiter) -> None:
+        with self._lock:
+            waiters = self._waiters.get(waiter.channel)
+            if waiters is None:
+                return
+            waiters.discard(waiter)
+            if not waiters:
+                del self._waiters[waiter.channel]
+                self._linger[waiter.channel] = time.monotonic() + LINGER_SECONDS
+
+    def is_confirmed(self, channel: bytes) -> bool:
+        return self._healthy and channel in self._confirmed
+
+    def _poke(self) -> None:
+        # A full pipe (BlockingIOError) means the thread is being woken anyway.
+        with contextlib.suppress(BlockingIOError):
+            os.write(self._wake_w, b"x")
+
+    def _ensure_thread(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(
+                target=self._run, name=f"redislock-subscriber-{self.alias}", daemon=True
+            )
+            self._thread.start()
+
+    # -- the subscriber thread ---------------------------------------------
+    def _run(self) -> None:
+        delays = backoff_delays(0.05, 2.0)
+        while True:
+            try:
+                self._serve()
+            except (RedisError, OSError, ValueError) as exc:
+                # Loud once when a working subscriber breaks, quiet while it stays down.
+                log = logger.warning if self._healthy else logger.debug
+                log("Lock subscriber for %r lost its connection: %s", self.alias, exc)
+            except Exception:
+                logger.exception("Lock subscriber for %r failed", self.alias)
+            self._mark_down()
+            self._idle(next(delays) + 0.05)
+
+    def _mark_down(self) -> None:
+        with self._lock:
+            self._healthy = False
+            self._subscribed.clear()
+            self._confirmed.clear()
+            self._pending = bool(self._waiters)
+            waiters = [w for ws in self._waiters.values() for w in ws]
+        # Wake everyone: a release may have been missed, and they now need backoff.
+        for waiter in waiters:
+            waiter.wake()
+
+    def _idle(self, seconds: float) -> None:
+        select.select([self._wake_r], [], [], seconds)
+        self._drain_pipe()
+
+    def _drain_pipe(self) -> None:
+        try:
+            while os.read(self._wake_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    def _serve(self) -> None:
+        from .connection import pubsub_client
+
+        pubsub = pubsub_client(self.alias).pubsub()
+        try:
+            while not self._channels_wanted():
+                self._idle(LINGER_SECONDS)
+            self._apply_changes(pubsub)
+            fileno = _fileno(getattr(pubsub.connection, "_sock", None))
+            while True:
+                timeout = self._next_linger_timeout()
+                if fileno is None:  # fakeredis: no real socket to select on
+                    message = pubsub.get_message(timeout=min(timeout, 0.005))
+                    if message is not None:
+                        self._handle(message)
+                else:
+                    ready, _, _ = select.select([fileno, self._wake_r], [], [], timeout)
+                    if self._wake_r in ready:
+                        self._drain_pipe()
+                self._apply_changes(pubsub)
+                while (message := pubsub.get_message(timeout=0)) is not None:
+                    self._handle(message)
+        finally:
+            with contextlib.suppress(Exception):
+                pubsub.close()
+
+    def _channels_wanted(self) -> bool:
+        with self._lock:
+            return bool(self._waiters)
+
+    def _next_linger_timeout(self) -> float:
+        with self._lock:
+            if not self._linger:
+                return 60.0
+            return max(0.0, min(self._linger.values()) - time.monotonic())
+
+    def _apply_changes(self, pubsub: Any) -> None:
+        now = time.monotonic()
+        with self._lock:
+            expired = [ch for ch, deadline in self._linger.items() if deadline <= now]
+            for channel in expired:
+                del self._linger[channel]
+            stop = [ch for ch in expired if ch in self._subscribed and ch not in self._waiters]
+            start = [ch for ch in self._waiters if ch not in self._subscribed]
+            self._subscribed.difference_update(stop)
+            self._confirmed.difference_update(stop)
+            self._subscribed.update(start)
+            self._pending = False
+        if start:
+            pubsub.subscribe(*start)
+        if stop and pubsub.subscribed:
+            pubsub.unsubscribe(*stop)
+
+    def _handle(self, message: dict[str, Any]) -> None:
+        kind = message.get("type")
+        channel = message.get("channel")
+        if isinstance(channel, str):
+            channel = channel.encode()
+        if kind == "subscribe":
+            with self._lock:
+                self._healthy = True
+                if channel in self._subscribed:
+                    self._confirmed.add(channel)
+                waiters = list(self._waiters.get(channel, ()))
+        elif kind == "message":
+            with self._lock:
+                waiters = list(self._waiters.get(channel, ()))
+        else:
+            return
+        for waiter in waiters:
+            waiter.wake()
+
+
+def _fileno(sock: Any) -> int | None:
+    try:
+        fileno = sock.fileno()
+    except Exception:
+        return None
+    return fileno if isinstance(fileno, int) and fileno >= 0 else None
+
+
+_listeners: dict[str, _AliasListener] = {}
+_listeners_lock = threading.Lock()
+
+
+def register(alias: str, channel: str, *, loop: Any = None) -> Waiter:
+    """Register a waiter for releases of ``channel`` on ``alias``; close it when done."""
+    listener = _listeners.get(alias)
+    if listener is None:
+        with _listeners_lock:
+            listener = _listeners.get(alias)
+            if listener is None:
+                listener = _listeners[alias] = _AliasListener(alias)
+    waiter = Waiter(listener, channel.encode(), loop)
+    listener.add(waiter)
+    return waiter
+
+
+def _reset_after_fork() -> None:
+    # The subscriber thread does not exist in a forked child: start afresh.
+    global _listeners_lock
+    _listeners.clear()
+    _listeners_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)

@@ -1,0 +1,435 @@
+"""The single-node Lock against every server found and fakeredis (the contract of DESIGN §2)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+
+import pytest
+from redis.crc import key_slot
+
+from django_redislock import (
+    InvalidLockName,
+    Lock,
+    LockBackendUnavailable,
+    LockConfigurationError,
+    LockLost,
+    LockNotAcquired,
+    LockNotOwned,
+    RedisLockError,
+)
+from django_redislock.scripts import ACQUIRE
+
+
+def test_acquire_release_and_state(lock_backend):
+    lock = Lock("report", ttl=5, purpose="nightly report")
+    assert not lock.locked()
+    assert lock.acquire()
+    assert lock.token and lock.fence == 1
+    assert lock.locked() and lock.owned()
+    assert 4 < lock.remaining() <= 5
+    raw = lock_backend.client()
+    assert raw.get(lock.key) == lock.token.encode()
+    meta = raw.hgetall(lock.key + ":meta")
+    assert meta[b"purpose"] == b"nightly report"
+    assert meta[b"pid"] == str(os.getpid()).encode()
+    assert meta[b"fence"] == b"1"
+    assert 4000 < raw.pttl(lock.key + ":meta") <= 5000
+    lock.release()
+    assert lock.token is None
+    assert not lock.locked() and not lock.owned()
+    assert lock.remaining() is None
+    # Metadata goes with the lock; the fence counter stays.
+    assert raw.exists(lock.key + ":meta") == 0
+    assert raw.get(lock.key + ":fence") == b"1"
+
+
+def test_fence_grows_with_every_holder(lock_backend):
+    fences = []
+    for _ in range(5):
+        with Lock("fenced") as lock:
+            fences.append(lock.fence)
+    assert fences == [1, 2, 3, 4, 5]
+    with Lock("unfenced", fencing=False) as lock:
+        assert lock.fence is None
+
+
+def test_all_keys_in_one_hash_slot(lock_backend):
+    with Lock("invoice:42") as lock:
+        assert lock.key == "redislock:{invoice:42}"
+        keys = [k.decode() for k in lock_backend.client().keys("redislock:*")]
+    assert len(keys) == 3
+    assert len({key_slot(k.encode()) for k in keys}) == 1
+
+
+def test_second_holder_is_refused(lock_backend):
+    first = Lock("busy", ttl=5)
+    assert first.acquire()
+    second = Lock("busy", ttl=5)
+    assert second.acquire(blocking=False) is False
+    assert 0 < second.last_holder_ttl <= 5
+    assert second.acquire(timeout=0.05) is False
+    with pytest.raises(LockNotAcquired) as info, Lock("busy", timeout=0):
+        pass
+    assert info.value.lock_name == "busy"
+    assert "held by someone else" in str(info.value)
+    first.release()
+    assert second.acquire(blocking=False)
+    second.release()
+
+
+def test_release_after_takeover_leaves_the_new_holder_alone(lock_backend):
+    old = Lock("takeover", ttl=0.1)
+    assert old.acquire()
+    new = Lock("takeover", ttl=5, timeout=5)
+    assert new.acquire()  # woken when old's TTL runs out
+    raw = lock_backend.client()
+    ttl_before = raw.pttl(new.key)
+    with pytest.raises(LockNotOwned):
+        old.release()
+    with pytest.raises(LockNotOwned):
+        old.extend()  # old's token is gone from the object after release
+    assert raw.get(new.key) == new.token.encode()
+    assert raw.pttl(new.key) <= ttl_before
+    new.release()
+
+
+def test_extend_after_takeover_raises_and_keeps_other_ttl(lock_backend):
+    old = Lock("ext", ttl=0.1)
+    assert old.acquire()
+    new = Lock("ext", ttl=5, timeout=5)
+    assert new.acquire()
+    before = lock_backend.client().pttl(new.key)
+    with pytest.raises(LockNotOwned):
+        old.extend(60)
+    assert lock_backend.client().pttl(new.key) <= before
+    new.release()
+
+
+def test_extend_resets_remaining_ttl(lock_backend):
+    lock = Lock("extend-me", ttl=1)
+    lock.acquire()
+    lock.extend(30)
+    assert 29 < lock.remaining() <= 30
+    assert lock_backend.client().pttl(lock.key + ":meta") > 29000
+    lock.extend()
+    assert lock.remaining() <= 1
+    lock.release()
+
+
+def test_with_releases_and_propagates(lock_backend):
+    with pytest.raises(ZeroDivisionError), Lock("boom") as lock:
+        raise ZeroDivisionError
+    assert lock.token is None
+    assert not Lock("boom").locked()
+
+
+def test_with_raises_lock_lost_when_it_expired_inside(lock_backend):
+    lock = Lock("short", ttl=0.05)
+    with pytest.raises(LockLost), lock:
+        # Another holder takes over after our TTL ran out.
+        other = Lock("short", ttl=5, timeout=5)
+        assert other.acquire()
+    assert other.owned()
+    other.release()
+
+
+def test_already_held_object_refuses_second_acquire(lock_backend):
+    lock = Lock("once")
+    lock.acquire()
+    with pytest.raises(RedisLockError, match="already acquired"):
+        lock.acquire()
+    lock.release()
+
+
+def test_release_without_holding(lock_backend):
+    with pytest.raises(LockNotOwned, match="does not hold"):
+        Lock("never").release()
+    with pytest.raises(LockNotOwned):
+        Lock("never").extend()
+
+
+def test_acquire_is_idempotent_for_our_own_token(lock_backend):
+    """A retried acquire whose first reply was lost must count as acquired."""
+    from django_redislock.connection import lock_client
+
+    lock = Lock("idem")
+    keys, args = lock._acquire_args("tok")
+    client = lock_client("default")
+    assert ACQUIRE(client, keys, args) == [1, 1]
+    assert ACQUIRE(client, keys, args) == [1, 1]
+    assert lock_backend.client().get(lock.key + ":fence") == b"1"
+
+
+def test_noscript_fallback(lock_backend):
+    lock_backend.client().script_flush()
+    with Lock("flushed") as lock:
+        assert lock.owned()
+
+
+def test_decode_responses_connection(lock_backend, settings):
+    caches = dict(settings.CACHES)
+    config = dict(caches["default"])
+    options = dict(config.get("OPTIONS", {}))
+    pool_kwargs = dict(options.get("CONNECTION_POOL_KWARGS", {}))
+    pool_kwargs["decode_responses"] = True
+    options["CONNECTION_POOL_KWARGS"] = pool_kwargs
+    config["OPTIONS"] = options
+    caches["default"] = config
+    settings.CACHES = caches
+    with Lock("decoded") as lock:
+        assert lock.owned() and lock.fence == 1
+
+
+# -- waiting and hand-off ------------------------------------------------------
+
+
+def test_release_wakes_a_waiting_thread(lock_backend):
+    holder = Lock("handoff", ttl=30)
+    holder.acquire()
+    got = threading.Event()
+    waiting_started = threading.Event()
+
+    def wait_for_it():
+        lock = Lock("handoff", ttl=30, timeout=20)
+        waiting_started.set()
+        if lock.acquire():
+            got.set()
+            lock.release()
+
+    thread = threading.Thread(target=wait_for_it)
+    thread.start()
+    waiting_started.wait()
+    holder.release()
+    # Woken by the release: long before the 30 s TTL would have freed it.
+    assert got.wait(10)
+    thread.join()
+
+
+def test_expired_holder_wakes_a_waiter(lock_backend):
+    crashed = Lock("crashed", ttl=0.2)
+    crashed.acquire()  # never released: the TTL frees it
+    waiter = Lock("crashed", timeout=10)
+    assert waiter.acquire()
+    waiter.release()
+
+
+def test_waiters_without_pubsub_use_backoff(lock_backend, settings):
+    settings.REDISLOCK = {**settings.REDISLOCK, "PUBSUB_WAKEUP": False}
+    holder = Lock("nopubsub", ttl=30)
+    holder.acquire()
+    result = []
+    thread = threading.Thread(target=lambda: result.append(Lock("nopubsub", timeout=10).acquire()))
+    thread.start()
+    holder.release()
+    thread.join()
+    assert result == [True]
+
+
+# -- validation ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name", ["", "x" * 257, "a\nb", "tab\there", "{tag}", "a}b", 42, None, b"bytes"]
+)
+def test_invalid_names(name):
+    with pytest.raises(InvalidLockName) as info:
+        Lock(name)
+    assert isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize("ttl", [0, -1, float("nan"), float("inf"), 0.0001, True, "5"])
+def test_invalid_ttl(ttl):
+    with pytest.raises(ValueError, match="ttl"):
+        Lock("x", ttl=ttl)
+
+
+@pytest.mark.parametrize("timeout", [-1, float("nan"), float("inf"), "1"])
+def test_invalid_timeout(timeout):
+    with pytest.raises(ValueError, match="timeout"):
+        Lock("x", timeout=timeout)
+    with pytest.raises(ValueError, match="timeout"):
+        Lock("x").acquire(timeout=timeout)
+
+
+def test_valid_edge_names(lock_backend):
+    for name in ["x" * 256, "ünïcode ✓", "spaces and :colons:", "*?[glob]"]:
+        with Lock(name) as lock:
+            assert lock.owned()
+
+
+def test_unknown_alias_is_a_configuration_error():
+    with pytest.raises(LockConfigurationError, match="nope"):
+        Lock("x", connection="nope").acquire()
+
+
+def test_sharded_client_is_rejected(settings):
+    settings.CACHES = {
+        **settings.CACHES,
+        "sharded": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": ["redis://127.0.0.1:1/0", "redis://127.0.0.1:2/0"],
+            "OPTIONS": {"CLIENT_CLASS": "django_redis.client.ShardClient"},
+        },
+    }
+    with pytest.raises(LockConfigurationError, match="ShardClient"):
+        Lock("x", connection="sharded").acquire()
+
+
+# -- unreachable server and lost replies -----------------------------------------
+
+
+def test_unreachable_server(settings, make_server):
+    server = make_server()
+    settings.CACHES = {
+        **settings.CACHES,
+        "gone": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": server.url},
+    }
+    server.stop()
+    with pytest.raises(LockBackendUnavailable) as info:
+        Lock("x", connection="gone").acquire()
+    assert info.value.aliases == ("gone",)
+    assert "'gone'" in str(info.value)
+    assert info.value.__cause__ is not None
+    assert not isinstance(info.value, LockNotAcquired)
+
+
+def test_lost_acquire_reply_leaves_no_key(settings, make_server, make_proxy):
+    server = make_server()
+    proxy = make_proxy(server)
+    settings.CACHES = {
+        **settings.CACHES,
+        "flaky": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": proxy.url},
+    }
+    settings.REDISLOCK = {**settings.REDISLOCK, "SOCKET_TIMEOUT": 0.3}
+    lock = Lock("lost-reply", connection="flaky", ttl=30)
+    assert lock.acquire() and lock.release() is None  # scripts loaded, connection warm
+    proxy.drop_replies(True)
+    errors = []
+
+    def acquire():
+        try:
+            lock.acquire()
+        except LockBackendUnavailable as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=acquire)
+    thread.start()
+    raw = server.client()
+    # The SET lands but its reply is lost; then the network heals before the clean-up.
+    for _ in range(500):
+        if raw.exists(lock.key):
+            break
+        time.sleep(0.005)
+    assert raw.exists(lock.key) == 1
+    proxy.drop_replies(False)
+    thread.join()
+    assert len(errors) == 1
+    assert raw.exists(lock.key) == 0
+    assert lock.token is None
+
+
+# -- async twins -----------------------------------------------------------------
+
+
+async def test_async_twins(lock_backend):
+    lock = Lock("async", ttl=5)
+    assert await lock.aacquire()
+    assert await lock.alocked() and await lock.aowned()
+    assert 4 < await lock.aremaining() <= 5
+    await lock.aextend(10)
+    assert 9 < await lock.aremaining() <= 10
+    await lock.arelease()
+    assert not await lock.alocked()
+    async with Lock("async") as held:
+        assert held.fence == 2
+    with pytest.raises(LockNotAcquired):
+        async with Lock("busy-async"), Lock("busy-async", timeout=0):
+            pass
+
+
+async def test_async_release_wakes_async_waiter(lock_backend):
+    holder = Lock("ahandoff", ttl=30)
+    await holder.aacquire()
+    waiter = Lock("ahandoff", timeout=20)
+    task = asyncio.ensure_future(waiter.aacquire())
+    await asyncio.sleep(0)  # let it make its first attempt
+    await holder.arelease()
+    assert await task
+    await waiter.arelease()
+
+
+async def test_cancelled_waiting_aacquire_leaves_nothing(lock_backend):
+    holder = Lock("acancel", ttl=30)
+    await holder.aacquire()
+    tasks = [asyncio.ensure_future(Lock("acancel", timeout=20).aacquire()) for _ in range(20)]
+    await asyncio.sleep(0.05)
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await holder.arelease()
+    assert lock_backend.client().exists(holder.key) == 0
+
+
+async def test_cancelled_arelease_still_releases(lock_backend):
+    lock = Lock("arel", ttl=30)
+    await lock.aacquire()
+    task = asyncio.ensure_future(lock.arelease())
+    await asyncio.sleep(0)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    for _ in range(200):  # the shielded release finishes in the background
+        if not lock_backend.client().exists(lock.key):
+            break
+        await asyncio.sleep(0.01)
+    assert lock_backend.client().exists(lock.key) == 0
+
+
+async def test_cancelled_mid_command_aacquire_cleans_up(lock_backend):
+    for _ in range(50):
+        lock = Lock("amid", ttl=30)
+        task = asyncio.ensure_future(lock.aacquire())
+        await asyncio.sleep(0)
+        task.cancel()
+        try:
+            acquired = await task
+        except asyncio.CancelledError:
+            acquired = False
+        if acquired:
+            await lock.arelease()
+    for _ in range(200):
+        if not lock_backend.client().exists("redislock:{amid}"):
+            break
+        await asyncio.sleep(0.01)
+    assert lock_backend.client().exists("redislock:{amid}") == 0
+
+
+# -- fork safety -----------------------------------------------------------------
+
+
+def test_forked_child_cannot_release_or_extend(real_backend):
+    lock = Lock("forked", ttl=30)
+    lock.acquire()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        code = 0
+        for action in (lock.release, lock.extend):
+            try:
+                action()
+                code += 1
+            except LockNotOwned:
+                pass
+            except BaseException:
+                code += 10
+        os.write(write, bytes([code]))
+        os._exit(0)
+    os.close(write)
+    result = os.read(read, 1)
+    os.waitpid(pid, 0)
+    assert result == b"\x00"
+    assert lock.owned()
+    assert real_backend.client().pttl(lock.key) > 29000 - 5000
+    lock.release()
