@@ -11,6 +11,7 @@ import platform
 import shlex
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from bench.adapters import Target, django_settings, ours_skip_reason, setup_djan
 from bench.context import Context
 from bench.proxies import ProxyGroup, proxy_skip_reason
 from bench.report import Section, render_report, write_chart
-from bench.scenarios import contended, memory, placeholders, redlock, uncontended
+from bench.scenarios import contended, inspection, memory, placeholders, redlock, uncontended
 from bench.servers import Server, server_version, start_server
 from bench.warm import warm_cpus
 
@@ -27,7 +28,7 @@ SCENARIOS: dict[str, tuple[str, Callable[[Context], Section]]] = {
     "2": ("contended", contended.run),
     "3": ("redlock", redlock.run),
     "4": ("watchdog", placeholders.run_watchdog),
-    "5": ("inspection", placeholders.run_inspection),
+    "5": ("inspection", inspection.run),
     "6": ("memory", memory.run),
 }
 REPO = Path(__file__).resolve().parent.parent
@@ -127,8 +128,14 @@ def build_context(args: argparse.Namespace) -> Context:
                 proxies = ProxyGroup([s.url for s in redlock_servers])
             except Exception as exc:
                 proxy_skip = f"proxy helper failed: {type(exc).__name__}: {exc}"
+    inspect_server = start_server(args.server) if "5" in args.scenarios else None
     redlock_urls = tuple(s.url for s in redlock_servers)
-    settings = django_settings(server.url, redlock_urls, tuple(proxies.urls) if proxies else ())
+    settings = django_settings(
+        server.url,
+        redlock_urls,
+        tuple(proxies.urls) if proxies else (),
+        inspect_server.url if inspect_server else None,
+    )
     target = Target(server.url, redlock_urls, settings)
     if ours_skip_reason() is None:
         setup_django(settings)
@@ -138,6 +145,7 @@ def build_context(args: argparse.Namespace) -> Context:
         redlock_servers=redlock_servers,
         proxies=proxies,
         proxy_skip=proxy_skip,
+        inspect_server=inspect_server,
         quick=args.quick,
         warm_cpu=args.warm_cpu,
         both_modes=args.both_modes,
@@ -149,7 +157,8 @@ def close_context(ctx: Context) -> None:
     """Stop every proxy and server this run started."""
     if ctx.proxies is not None:
         ctx.proxies.close()
-    for server in [ctx.server, *ctx.redlock_servers]:
+    extra = [ctx.inspect_server] if ctx.inspect_server is not None else []
+    for server in [ctx.server, *ctx.redlock_servers, *extra]:
         with contextlib.suppress(Exception):
             server.stop()
 
@@ -169,7 +178,18 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.monotonic()
             warm = ctx.warm_cpu and not (key == "1" and ctx.both_modes)
             with warm_cpus(warm):
-                section = func(ctx)
+                try:
+                    section = func(ctx)
+                except NotImplementedError as exc:  # a library stub still being written
+                    section = Section(
+                        f"{key}. {name.capitalize()}", skipped=f"not implemented yet: {exc}"
+                    )
+                except Exception as exc:  # one broken scenario must not sink the others
+                    traceback.print_exc()
+                    section = Section(
+                        f"{key}. {name.capitalize()}",
+                        skipped=f"failed: {type(exc).__name__}: {exc}",
+                    )
             section.seconds = time.monotonic() - t0
             sections.append(section)
             print(f"[bench]   done in {section.seconds:.1f} s", file=sys.stderr, flush=True)

@@ -223,12 +223,15 @@ def setup_django(settings_dict: dict[str, Any]) -> None:
 
 
 def django_settings(
-    url: str, redlock_urls: tuple[str, ...] = (), proxy_urls: tuple[str, ...] = ()
+    url: str,
+    redlock_urls: tuple[str, ...] = (),
+    proxy_urls: tuple[str, ...] = (),
+    inspect_url: str | None = None,
 ) -> dict[str, Any]:
     """Settings for ``settings.configure``.
 
-    Alias "default" is the single node, "node<i>" the Redlock nodes and "pnode<i>" the same
-    nodes behind the delay proxies.
+    Alias "default" is the single node, "node<i>" the Redlock nodes, "pnode<i>" the same
+    nodes behind the delay proxies and "inspect" the inspection scenario's server.
     """
     caches: dict[str, Any] = {
         "default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": url},
@@ -240,6 +243,8 @@ def django_settings(
             if prefix == "node":
                 aliases.append(alias)
             caches[alias] = {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": node_url}
+    if inspect_url:
+        caches["inspect"] = {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": inspect_url}
     return {
         "INSTALLED_APPS": ["django_redislock"],
         "CACHES": caches,

@@ -21,11 +21,17 @@ class Context:
     redlock_servers: list[Server] = field(default_factory=list)
     proxies: ProxyGroup | None = None
     proxy_skip: str | None = None
+    inspect_server: Server | None = None  # scenario 5's own server (Django alias "inspect")
     quick: bool = False
     warm_cpu: bool = False
     both_modes: bool = False
     server_kind: str | None = None
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def inspect_url(self) -> str | None:
+        """URL of scenario 5's server, if one was started."""
+        return self.inspect_server.url if self.inspect_server is not None else None
 
     def admin(self) -> redis.Redis:
         """A fresh client on the single node, for INFO / FLUSHALL (not used by any lock)."""

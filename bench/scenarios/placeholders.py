@@ -1,10 +1,10 @@
-"""Scenarios 4 and 5: placeholders until the library grows the features they measure."""
+"""Scenario 4: placeholder until the library grows the watchdog it measures."""
 
 from __future__ import annotations
 
 import inspect
 
-from bench.adapters import ours_feature, ours_skip_reason
+from bench.adapters import ours_skip_reason
 from bench.context import Context
 from bench.report import Section
 
@@ -27,16 +27,5 @@ def run_watchdog(ctx: Context) -> Section:
     section.skipped = reason or (
         "the library has `watchdog=True` now, but this scenario is not written yet "
         "(renewal CPU per second and renewals per Redis round trip at 10,000 held locks)"
-    )
-    return section
-
-
-def run_inspection(ctx: Context) -> Section:
-    """Scenario 5: `held_locks` first page with 100,000 locks among 1,000,000 keys."""
-    section = Section("5. Inspection")
-    reason = ours_skip_reason() or ours_feature("held_locks")
-    section.skipped = reason or (
-        "`held_locks` exists now, but this scenario is not written yet (first page and a "
-        "one-match pattern search with 100,000 locks among 1,000,000 keys)"
     )
     return section
