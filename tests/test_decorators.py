@@ -1,0 +1,481 @@
+"""``locked`` and ``lock_view`` against the real servers (and fakeredis), through Django's
+test clients; signals and logging of decorated code."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+from dataclasses import dataclass
+
+import pytest
+from django.test import AsyncClient, Client, RequestFactory
+
+from django_redislock import (
+    InvalidLockName,
+    Lock,
+    LockNotAcquired,
+    lock_info,
+    lock_view,
+    locked,
+    signals,
+)
+from django_redislock.decorators import lock_class, make_lock
+from tests import decorator_views
+
+URLS = pytest.mark.urls("tests.urls_decorators")
+
+
+def hold(name: str, ttl: float = 5, purpose: str = "test holder") -> Lock:
+    lock = Lock(name, ttl=ttl, purpose=purpose)
+    assert lock.acquire(blocking=False)
+    return lock
+
+
+# -- locked ---------------------------------------------------------------------------
+
+
+@dataclass
+class Order:
+    pk: int
+
+
+def test_locked_fills_template_from_bound_arguments(lock_backend):
+    seen = []
+
+    @locked("order:{order.pk}:{step}", ttl=5)
+    def process(order, step="pay"):
+        info = lock_info(f"order:{order.pk}:{step}")
+        seen.append((info.name, info.purpose, info.owner.pid))
+        return "done"
+
+    assert process(Order(7)) == "done"
+    assert process(order=Order(8), step="ship") == "done"
+    purpose = f"{__name__}.test_locked_fills_template_from_bound_arguments.<locals>.process"
+    assert seen == [
+        ("order:7:pay", purpose, os.getpid()),
+        ("order:8:ship", purpose, os.getpid()),
+    ]
+    assert lock_info("order:7:pay") is None  # released on return
+
+
+def test_locked_busy_raises_and_releases_on_error(lock_backend):
+    @locked("invoice:{invoice_id}", ttl=5, timeout=0)
+    def send(invoice_id):
+        raise RuntimeError("boom")
+
+    holder = hold("invoice:1")
+    with pytest.raises(LockNotAcquired) as exc:
+        send(1)
+    assert exc.value.lock_name == "invoice:1"
+    holder.release()
+    with pytest.raises(RuntimeError):
+        send(1)
+    assert lock_info("invoice:1") is None  # an exception still releases
+
+
+def test_locked_keeps_the_signature_and_metadata(lock_backend):
+    @locked("x:{a}")
+    def func(a: int, b: str = "b") -> str:
+        """Doc."""
+        return f"{a}{b}"
+
+    import inspect
+
+    assert func.__name__ == "func" and func.__doc__ == "Doc."
+    assert str(inspect.signature(func)) == "(a: 'int', b: 'str' = 'b') -> 'str'"
+    assert func(1) == "1b"
+
+
+def test_locked_callable_name_and_methods(lock_backend):
+    class Account:
+        def __init__(self, pk):
+            self.pk = pk
+
+        @locked("account:{self.pk}", ttl=5)
+        def close(self):
+            return lock_info(f"account:{self.pk}").name
+
+        @locked(lambda self, amount: f"account:{self.pk}:{amount}", ttl=5)
+        def pay(self, amount):
+            return lock_info(f"account:{self.pk}:{amount}").name
+
+    assert Account(3).close() == "account:3"
+    assert Account(3).pay(10) == "account:3:10"
+
+
+def test_locked_new_lock_per_call_across_threads(lock_backend):
+    """One decorated function called from several threads: each call has its own lock."""
+    fences = []
+    mutex = threading.Lock()
+
+    @locked("shared", ttl=5, timeout=30)
+    def work():
+        info = lock_info("shared")
+        with mutex:
+            fences.append(info.fence)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(fences) == [1, 2, 3, 4]
+
+
+async def test_locked_async_function(lock_backend):
+    @locked("job:{job_id}", ttl=5, timeout=0)
+    async def run(job_id):
+        await asyncio.sleep(0)
+        return (await asyncio.to_thread(lock_info, f"job:{job_id}")).purpose
+
+    assert asyncio.iscoroutinefunction(run)
+    assert (await run(5)).endswith("test_locked_async_function.<locals>.run")
+    holder = Lock("job:5", ttl=5)
+    assert await holder.aacquire(blocking=False)
+    with pytest.raises(LockNotAcquired):
+        await run(5)
+    await holder.arelease()
+
+
+def test_template_errors_at_decoration_time():
+    with pytest.raises(InvalidLockName, match=r"\{order\}.*not a parameter; parameters: order_id"):
+
+        @locked("order:{order}")
+        def f(order_id):
+            pass
+
+    with pytest.raises(InvalidLockName, match="positional field"):
+        locked("x:{}")(lambda a: None)
+    with pytest.raises(InvalidLockName, match="malformed"):
+        locked("x:{a")(lambda a: None)
+    with pytest.raises(InvalidLockName, match="hash-tag"):
+        locked("x:{{a}}")(lambda a: None)
+    with pytest.raises(InvalidLockName, match="256"):
+        locked("x" * 257)(lambda: None)
+    with pytest.raises(InvalidLockName, match="longer than 256"):
+        locked("x" * 257 + "{a}")(lambda a: None)
+    with pytest.raises(TypeError, match=r"Unknown lock option.*ttll"):
+        locked("x", ttll=5)
+    with pytest.raises(ValueError, match="backend must be one of"):
+        locked("x", backend="zookeeper")
+
+
+def test_template_errors_at_call_time(lock_backend):
+    @locked("order:{order.pk}")
+    def f(order):
+        pass
+
+    with pytest.raises(InvalidLockName, match=r"field \{order.pk\} cannot be filled.*'pk'"):
+        f(object())
+
+    @locked("order:{order_id}")
+    def g(**kwargs):
+        pass
+
+    with pytest.raises(InvalidLockName, match=r"\{order_id\}.*no key 'order_id'.*Available: x"):
+        g(x=1)
+    with pytest.raises(InvalidLockName, match=r"300 characters long.*lock name built by"):
+        g(order_id="x" * 294)
+    with pytest.raises(InvalidLockName, match="hash-tag"):
+        g(order_id={"a": 1})
+
+    @locked(lambda order_id: 42)
+    def h(order_id):
+        pass
+
+    with pytest.raises(InvalidLockName, match="must be a str"):
+        h(1)
+
+
+def test_lock_class_choice(lock_backend):
+    assert lock_class() is Lock
+    assert lock_class("redis") is Lock
+    with pytest.raises(ValueError, match='needs backend="redlock"'):
+        lock_class("redis", ["a", "b", "c"])
+    lock = make_lock("chosen", ttl=3, purpose="p")
+    assert isinstance(lock, Lock) and lock.ttl == 3 and lock.purpose == "p"
+
+
+# -- signals and logging ------------------------------------------------------------------
+
+
+def test_signals_of_decorated_function(lock_backend):
+    events = []
+
+    def on_acquired(sender, lock, **kwargs):
+        events.append(("acquired", sender, lock.name, lock.token is not None, lock.fence))
+
+    def on_released(sender, lock, **kwargs):
+        events.append(("released", sender, lock.name, lock.token is None, lock.fence))
+
+    signals.lock_acquired.connect(on_acquired)
+    signals.lock_released.connect(on_released)
+    try:
+
+        @locked("signalled", ttl=5)
+        def work():
+            events.append(("work",))
+
+        work()
+    finally:
+        signals.lock_acquired.disconnect(on_acquired)
+        signals.lock_released.disconnect(on_released)
+    assert events == [
+        ("acquired", Lock, "signalled", True, 1),
+        ("work",),
+        ("released", Lock, "signalled", True, 1),
+    ]
+
+
+def test_force_released_signal(lock_backend):
+    from django_redislock import force_release
+
+    received = []
+
+    def receiver(sender, info, name, connection, user, **kwargs):
+        received.append((sender, info.purpose, name, connection, user))
+
+    holder = hold("forced", purpose="stuck job")
+    signals.lock_force_released.connect(receiver)
+    try:
+        assert force_release("forced", user="admin")
+    finally:
+        signals.lock_force_released.disconnect(receiver)
+    assert received == [(Lock, "stuck job", "forced", "default", "admin")]
+    assert not holder.owned()
+
+
+@URLS
+def test_busy_view_is_logged_at_debug(lock_backend, caplog):
+    hold("page:logged")
+    with caplog.at_level(logging.DEBUG, logger="django_redislock"):
+        assert Client().get("/page/logged/").status_code == 423
+    records = [r for r in caplog.records if r.name == "django_redislock.views"]
+    assert [r.levelno for r in records] == [logging.DEBUG]
+    assert "page:logged" in records[0].getMessage()
+
+
+# -- lock_view ------------------------------------------------------------------------------
+
+
+@URLS
+def test_view_free_then_busy(lock_backend):
+    client = Client()
+    response = client.get("/page/home/")
+    assert response.status_code == 200 and response.content == b"page home"
+    assert lock_info("page:home") is None
+    holder = hold("page:home", ttl=4.2)
+    response = client.get("/page/home/")
+    assert response.status_code == 423
+    assert 1 <= int(response["Retry-After"]) <= 5
+    assert response["Content-Type"].startswith("text/plain")
+    assert b"busy" in response.content and len(response.content) < 100
+    assert client.get("/page/other/").status_code == 200  # another name, another lock
+    holder.release()
+    assert client.get("/page/home/").status_code == 200
+
+
+@pytest.mark.parametrize(("left", "header"), [(0.001, 1), (0.25, 1), (1.0, 1), (4.2, 5), (None, 1)])
+def test_retry_after_rounds_up(left, header):
+    from types import SimpleNamespace
+
+    from django_redislock.decorators import default_busy_response, retry_after
+
+    lock = SimpleNamespace(last_holder_ttl=left)
+    assert retry_after(lock) == header
+    assert default_busy_response(lock)["Retry-After"] == str(header)
+
+
+@URLS
+def test_view_purpose_is_the_dotted_path(lock_backend):
+    gate = decorator_views.reset_gate()
+    result = {}
+    thread = threading.Thread(target=lambda: result.setdefault("r", Client().get("/gate/")))
+    thread.start()
+    try:
+        assert gate.entered.wait(30)
+        info = lock_info("gate")
+        assert info.purpose == "tests.decorator_views.gate_view"
+        assert info.owner.pid == os.getpid()
+    finally:
+        gate.leave.set()
+        thread.join()
+    assert result["r"].status_code == 200
+
+
+@URLS
+def test_two_concurrent_requests_one_200_one_423(lock_backend):
+    gate = decorator_views.reset_gate()
+    statuses = {}
+
+    def first():
+        statuses["first"] = Client().get("/gate/").status_code
+
+    def second():
+        assert gate.entered.wait(30)  # the first request is inside the view
+        try:
+            response = Client().get("/gate/")
+            statuses["second"] = response.status_code
+            statuses["retry_after"] = response["Retry-After"]
+        finally:
+            gate.leave.set()  # only now may the first request finish
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert statuses["first"] == 200
+    assert statuses["second"] == 423
+    assert 1 <= int(statuses["retry_after"]) <= 5
+    assert lock_info("gate") is None
+
+
+@URLS
+def test_template_from_request(lock_backend):
+    client = Client()
+    assert client.get("/search/", {"q": "shoes"}).content == b"results for shoes"
+    hold("search:shoes")
+    assert client.get("/search/", {"q": "shoes"}).status_code == 423
+    assert client.get("/search/", {"q": "hats"}).status_code == 200
+    hold("profile:None")  # anonymous user
+    assert client.get("/profile/").status_code == 423
+
+
+@URLS
+def test_callable_name_and_call_time_template_error(lock_backend):
+    client = Client()
+    hold("page:abc")
+    assert client.get("/callable/ABC/").status_code == 423
+    assert client.get("/callable/XYZ/").status_code == 200
+    with pytest.raises(InvalidLockName, match=r"\{missing\}.*Available: request, slug"):
+        client.get("/broken/abc/")
+
+
+def test_view_template_error_at_decoration_time():
+    with pytest.raises(InvalidLockName, match=r"\{order_id\}.*parameters: pk, request"):
+
+        @lock_view("order:{order_id}")
+        def view(request, pk):
+            pass
+
+
+@URLS
+def test_on_busy_override_gets_request_and_info(lock_backend):
+    hold("page:custom", purpose="nightly rebuild")
+    for url in ("/custom/custom/", "/dotted/custom/"):
+        response = Client().get(url)
+        assert response.status_code == 409
+        assert response.json() == {"path": url, "purpose": "nightly rebuild", "pid": os.getpid()}
+
+
+@URLS
+def test_on_busy_from_settings(lock_backend, settings):
+    settings.REDISLOCK = {**settings.REDISLOCK, "VIEW_ON_BUSY": "tests.decorator_views.custom_busy"}
+    hold("page:settings")
+    response = Client().get("/page/settings/")
+    assert response.status_code == 409 and response.json()["purpose"] == "test holder"
+
+
+def test_on_busy_info_is_none_when_released_meanwhile(lock_backend):
+    """The holder left between our failed attempt and the look-up: info is None."""
+    seen = []
+    holder = hold("page:gone")
+
+    def on_busy(request, info):
+        seen.append(info)
+        from django.http import HttpResponse
+
+        return HttpResponse("busy", status=503)
+
+    class ReleasingLock(Lock):
+        def acquire(self, blocking=None, timeout=None):
+            ok = super().acquire(blocking, timeout)
+            holder.release()  # released right after our attempt failed
+            return ok
+
+    @lock_view("page:{slug}", on_busy=on_busy)
+    def view(request, slug):
+        raise AssertionError("not reached")
+
+    from unittest import mock
+
+    with mock.patch("django_redislock.lock.Lock", ReleasingLock):
+        response = view(RequestFactory().get("/"), slug="gone")
+    assert response.status_code == 503 and seen == [None]
+
+
+@URLS
+def test_view_raising_lock_not_acquired_itself_is_not_a_423(lock_backend):
+    hold("inner")
+    with pytest.raises(LockNotAcquired) as exc:
+        Client().get("/inner/x/")
+    assert exc.value.lock_name == "inner"
+    assert lock_info("page:x") is None  # the view's own lock was released
+
+
+@URLS
+def test_class_based_view(lock_backend):
+    client = Client()
+    assert client.get("/item/5/").content == b"item 5"
+    holder = hold("item:5")
+    assert client.get("/item/5/").status_code == 423
+    holder.release()
+
+    seen = []
+    original = Lock.__init__
+
+    def spy(self, name, **kwargs):
+        seen.append((name, kwargs.get("purpose")))
+        original(self, name, **kwargs)
+
+    from unittest import mock
+
+    with mock.patch.object(Lock, "__init__", spy):
+        assert client.get("/item/6/").status_code == 200
+    assert seen == [("item:6", "tests.decorator_views.ItemView")]
+
+
+@URLS
+async def test_async_view_under_asgi(lock_backend):
+    client = AsyncClient()
+    response = await client.get("/async/1/")
+    assert response.status_code == 200 and response.content == b"async item 1"
+    assert response.asgi_request.__class__.__name__ == "ASGIRequest"
+    holder = Lock("async:1", ttl=5, purpose="async holder")
+    assert await holder.aacquire(blocking=False)
+    response = await client.get("/async/1/")
+    assert response.status_code == 423 and 1 <= int(response["Retry-After"]) <= 5
+    response = await client.get("/async-custom/1/")
+    assert response.status_code == 409 and response.content == b"async busy async holder"
+    await holder.arelease()
+    assert (await client.get("/async/1/")).status_code == 200
+
+
+@URLS
+async def test_async_class_based_view(lock_backend):
+    client = AsyncClient()
+    response = await client.get("/async-item/2/")
+    assert response.status_code == 200 and response.content == b"async class item 2"
+    holder = Lock("item:2", ttl=5)
+    assert await holder.aacquire(blocking=False)
+    assert (await client.get("/async-item/2/")).status_code == 423
+    await holder.arelease()
+
+
+def test_async_view_holds_the_lock_while_it_runs(lock_backend):
+    seen = []
+
+    @lock_view("held:{n}", ttl=5)
+    async def view(request, n):
+        seen.append(lock_info(f"held:{n}") is not None)
+        from django.http import HttpResponse
+
+        return HttpResponse("ok")
+
+    from asgiref.sync import async_to_sync
+
+    assert async_to_sync(view)(RequestFactory().get("/"), n=1).status_code == 200
+    assert seen == [True] and lock_info("held:1") is None
