@@ -479,3 +479,135 @@ def test_async_view_holds_the_lock_while_it_runs(lock_backend):
 
     assert async_to_sync(view)(RequestFactory().get("/"), n=1).status_code == 200
     assert seen == [True] and lock_info("held:1") is None
+
+
+# -- the examples of docs/decorators.md and docs/signals.md -----------------------------------
+
+DOCS = "docs/decorators.md"
+
+
+@pytest.mark.parametrize("page", [DOCS, "docs/signals.md"])
+def test_every_python_block_of_the_docs_is_a_named_example(page):
+    from tests.docs_examples import unnamed_blocks
+
+    assert unnamed_blocks(page) == []
+
+
+def test_docs_locked_examples(lock_backend):
+    import datetime
+
+    from tests.docs_examples import run_example
+
+    send_invoice = run_example(DOCS, "locked-basic")["send_invoice"]
+    assert send_invoice(42) == "sent invoice 42"
+    holder = hold("invoice:42")
+    with pytest.raises(LockNotAcquired):  # timeout=5, holder's TTL 5 s: shorten the wait
+        locked("invoice:{invoice_id}", timeout=0)(send_invoice.__wrapped__)(42)
+    holder.release()
+
+    billing = run_example(DOCS, "locked-methods")["Billing"]()
+    assert billing.refund(Order(9)) == "refunded 9"
+    hold("order:9")
+    with pytest.raises(LockNotAcquired):
+        billing.refund(Order(9))
+    assert billing.statement(5, datetime.date(2024, 3, 1)) == "statement 5 2024-03"
+
+    ns = run_example(DOCS, "locked-async")
+    assert asyncio.run(ns["sync_account"](3)) == "synced 3"
+    assert ns["build_daily_report"]("2024-03-01") == "report for 2024-03-01"
+
+
+def test_docs_view_examples(lock_backend):
+    from tests.docs_examples import run_example
+
+    factory = RequestFactory()
+    ns = run_example(DOCS, "view-function")
+    assert ns["rebuild_site"](factory.post("/"), site_id=1).content == b"rebuilt 1"
+    hold("rebuild:1")
+    response = ns["rebuild_site"](factory.post("/"), site_id=1)
+    assert response.status_code == 423 and response["Retry-After"] in {"1", "2", "3", "4", "5"}
+
+    from django.contrib.auth.models import AnonymousUser
+
+    request = factory.post("/")
+    request.user = AnonymousUser()
+    assert ns["save_profile"](request).content == b"saved"
+
+    ns = run_example(DOCS, "view-on-busy")
+    request = factory.post("/")
+    request.session = type("Session", (), {"session_key": "abc"})()
+    assert ns["checkout"](request).status_code == 200
+    hold("checkout:abc", purpose="another tab")
+    response = ns["checkout"](request)
+    assert response.status_code == 409
+    body = __import__("json").loads(response.content)
+    assert body["busy"] is True and body["by"] == "another tab" and 0 < body["retry_in"] <= 5
+    assert ns["REDISLOCK"] == {"VIEW_ON_BUSY": "myproject.views.busy_json"}
+
+    ns = run_example(DOCS, "view-class")
+    view = ns["ExportView"].as_view()
+    assert view(factory.post("/"), pk=3).content == b"exported 3"
+    hold("export:3")
+    assert view(factory.post("/"), pk=3).status_code == 423
+    from asgiref.sync import async_to_sync
+
+    assert async_to_sync(ns["async_export"])(factory.get("/"), pk=4).content == b"exported 4"
+
+
+def test_docs_command_examples(lock_backend):
+    from io import StringIO
+
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    from tests.docs_examples import run_example
+
+    command = run_example(DOCS, "command-decorator")["Command"]
+    out, err = StringIO(), StringIO()
+    call_command(command(), stdout=out, stderr=err)
+    assert out.getvalue() == "newsletter sent\n"
+    hold("newsletter")
+    out, err = StringIO(), StringIO()
+    call_command(command(), stdout=out, stderr=err)
+    assert out.getvalue() == "" and err.getvalue().startswith("Skipped: Lock 'newsletter'")
+
+    command = run_example(DOCS, "locked-command")["Command"]
+    out = StringIO()
+    call_command(command(), "crm", stdout=out)
+    assert out.getvalue() == "imported crm\n"
+    hold("import:crm")
+    with pytest.raises(CommandError, match="'import:crm' is held by"):
+        call_command(command(), "crm", stdout=StringIO())
+    call_command(command(), "crm", "--no-lock", stdout=out)
+
+
+def test_docs_redlock_example(lock_backend):
+    pytest.importorskip("django_redislock.redlock")
+    from tests.docs_examples import examples
+
+    example = examples(DOCS)["redlock"]
+    # Only decorated here: calling needs REDLOCK_CONNECTIONS and three nodes.
+    exec(example.compile(), {"__name__": "docs_example_redlock"})
+
+
+def test_docs_signal_examples(lock_backend, caplog):
+    from tests.docs_examples import run_example
+
+    ns = run_example("docs/signals.md", "signals")
+    try:
+        with caplog.at_level(logging.INFO, logger="myproject.locks"):
+            with Lock("audited", ttl=5):
+                pass
+            from django_redislock import force_release
+
+            hold("audited")
+            force_release("audited", user="ops")
+    finally:
+        signals.lock_acquired.disconnect(ns["on_acquired"])
+        signals.lock_released.disconnect(ns["on_released"])
+        signals.lock_force_released.disconnect(ns["on_force_released"])
+    messages = [r.getMessage() for r in caplog.records if r.name == "myproject.locks"]
+    assert messages[:2] == ["acquired audited (fence 1)", "released audited"]
+    assert messages[-1].startswith("ops force-released audited (held by ")
+    logging_settings = run_example("docs/signals.md", "logging-settings")["LOGGING"]
+    assert logging_settings["loggers"]["django_redislock"]["level"] == "DEBUG"
