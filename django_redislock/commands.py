@@ -32,7 +32,7 @@ def validate_on_busy(on_busy: object) -> str:
         raise ValueError(
             f"on_busy must be one of {', '.join(repr(v) for v in ON_BUSY)}, not {on_busy!r}"
         )
-    return on_busy  # type: ignore[return-value]
+    return str(on_busy)
 
 
 def command_name(command: BaseCommand) -> str:
@@ -141,6 +141,9 @@ class LockedCommand(BaseCommand):
     lock_timeout: float | None = None
     #: Any other ``Lock`` / ``Redlock`` keyword arguments (``connection``, ``max_hold``...).
     lock_options: Mapping[str, Any] = {}
+    # True while this instance's handle runs under the lock (so super().handle() does not
+    # take it again).
+    _redislock_holding = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

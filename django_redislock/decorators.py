@@ -94,7 +94,8 @@ def dotted_path(func: Callable[..., Any]) -> str:
             cls = type(owner)
             return f"{cls.__module__}.{cls.__qualname__}"
     module = getattr(func, "__module__", None) or ""
-    qualname = getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func))
+    qualname = getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
+    qualname = str(qualname or repr(func))
     return f"{module}.{qualname}" if module else qualname
 
 
@@ -134,7 +135,7 @@ def locked(
             @functools.wraps(func)
             async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
                 async with make_lock(namer(args, kwargs), **options):
-                    return await func(*args, **kwargs)  # type: ignore[misc]
+                    return await func(*args, **kwargs)
 
             return async_wrapper  # type: ignore[return-value]
 
@@ -259,7 +260,7 @@ def lock_view(
             except LockNotAcquired:
                 if entered:  # raised by the view itself, not by our acquire
                     raise
-            return busy(lock, args, kwargs)  # type: ignore[no-any-return]
+            return busy(lock, args, kwargs)
 
         return wrapper
 
@@ -296,7 +297,7 @@ def lock_command(
 
         @functools.wraps(handle)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R | None:
-            command = args[0]
+            command: Any = args[0]
             lock_name = None if namer is None else namer(args, kwargs)
             return run_locked(
                 command,
