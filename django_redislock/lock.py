@@ -21,7 +21,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ReadOnlyError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from . import signals, waiting
+from . import signals, waiting, watchdog
 from .conf import get_config
 from .connection import async_lock_client, lock_client
 from .exceptions import (
@@ -34,6 +34,7 @@ from .exceptions import (
 from .holder import holder_fields
 from .keys import LockKeys, validate_name, validate_prefix, validate_seconds, validate_ttl
 from .scripts import ACQUIRE, EXTEND, RELEASE
+from .transactions import defer_release_to_commit
 
 acquire_logger = logging.getLogger("django_redislock.acquire")
 release_logger = logging.getLogger("django_redislock.release")
@@ -64,7 +65,6 @@ class BaseLock:
     key: str
     token: str | None
     fence: int | None
-    lost: bool
 
     def __init__(
         self,
@@ -102,7 +102,7 @@ class BaseLock:
         )
         self.token = None
         self.fence = None
-        self.lost = False
+        self._lost = False
         self._owner_pid: int | None = None
         #: clock() before the acquire that succeeded was sent.
         self.acquired_at: float | None = None
@@ -110,6 +110,20 @@ class BaseLock:
         self.valid_until: float | None = None
         #: The holder's remaining TTL (seconds) seen by the last failed attempt.
         self.last_holder_ttl: float | None = None
+
+    @property
+    def lost(self) -> bool:
+        """True once this holder can no longer trust that it holds the lock.
+
+        Set by the watchdog when a renewal found the token gone (or Redis stayed
+        unreachable until the TTL ran out), and also true as soon as the local
+        validity (acquire time + TTL, or the last extend/renewal + TTL) has
+        passed, even if no renewal could run (a starved process).
+        """
+        if self._lost:
+            return True
+        valid_until = self.valid_until
+        return self.token is not None and valid_until is not None and clock() >= valid_until
 
     # -- hooks for subclasses ---------------------------------------------
     def _do_acquire(self, token: str) -> tuple[bool, int]:
@@ -145,6 +159,19 @@ class BaseLock:
         """The alias whose pub/sub wakes waiters, or None to use backoff only."""
         return None
 
+    def _renew_group(self) -> Any:
+        """Locks with the same group key can be renewed together (``_extend_many``)."""
+        return None
+
+    @classmethod
+    def _extend_many(cls, batch: list[tuple[Any, str]]) -> list[Any]:
+        """Renew several locks of one group: True, False or an exception each."""
+        raise NotImplementedError
+
+    def _orphan_release(self, token: str) -> Callable[[], Any]:
+        """A callable releasing ``token`` that does not reference this object."""
+        raise NotImplementedError
+
     def _validity(self, started: float) -> float:
         """Seconds the holder may trust the lock from ``started`` (before the send)."""
         return self.ttl
@@ -158,18 +185,22 @@ class BaseLock:
                 lock_name=self.name,
             )
 
-    def _took(self, token: str, fence: int, started: float) -> None:
+    def _took(self, token: str, fence: int, started: float, *, in_loop: bool = False) -> None:
         self.token = token
         self.fence = fence if self.fencing else None
-        self.lost = False
+        self._lost = False
         self._owner_pid = os.getpid()
         self.acquired_at = started
         self.valid_until = started + self._validity(started)
         self.last_holder_ttl = None
+        if self.watchdog:
+            watchdog.watch(self, in_loop=in_loop)
         acquire_logger.debug("acquired %r fence=%s", self.name, self.fence)
         signals.lock_acquired.send(sender=type(self), lock=self)
 
     def _forget(self) -> None:
+        if self.watchdog:
+            watchdog.unwatch(self)
         self.token = None
         self._owner_pid = None
         self.valid_until = None
@@ -336,6 +367,8 @@ class BaseLock:
         tb: TracebackType | None,
     ) -> None:
         lost = self.lost
+        if not lost and self.token is not None and defer_release_to_commit(self):
+            return  # released when the open transaction commits or rolls back
         try:
             if self.token is not None:
                 self.release()
@@ -346,6 +379,17 @@ class BaseLock:
                 raise
             release_logger.exception("Releasing %r failed while an error propagated", self.name)
         self._raise_if_lost(lost, exc_type)
+
+    def _release_after_transaction(self) -> None:
+        """Run by :func:`defer_release_to_commit` once the transaction ended."""
+        if self.token is None:
+            return
+        try:
+            self.release()
+        except LockNotOwned:
+            watchdog.mark_lost(self, "expired or taken over before the transaction ended")
+        except RedisLockError:
+            release_logger.exception("Releasing %r after the transaction failed", self.name)
 
     def _raise_if_lost(self, lost: bool, exc_type: type[BaseException] | None) -> None:
         if not lost:
@@ -386,8 +430,12 @@ class BaseLock:
                 if waiter is not None:
                     waiter.clear()
                 started = clock()
+                cancels = _cancel_count()
                 try:
                     ok, value = await self._ado_acquire(token)
+                    if _cancel_count() > cancels:
+                        # redis-py can swallow a cancel that arrives mid-command.
+                        raise asyncio.CancelledError
                 except asyncio.CancelledError:
                     # The SET may have landed: delete it if it holds our token.
                     _in_background(self._ado_cleanup(token))
@@ -398,7 +446,7 @@ class BaseLock:
                 except RedisError as exc:
                     raise self._backend_error(exc) from exc
                 if ok:
-                    self._took(token, value, started)
+                    self._took(token, value, started, in_loop=True)
                     return True
                 self.last_holder_ttl = value / 1000 if value > 0 else None
                 if deadline is not None and clock() >= deadline:
@@ -570,6 +618,40 @@ class Lock(BaseLock):
     def _do_cleanup(self, token: str) -> None:
         self._do_release(token)
 
+    def _renew_group(self) -> Any:
+        return ("lock", self.connection)
+
+    @classmethod
+    def _extend_many(cls, batch: list[tuple[Any, str]]) -> list[Any]:
+        first = batch[0][0]
+        try:
+            client = first._client()
+            pipe = client.pipeline(transaction=False)
+            for lock, token in batch:
+                pipe.evalsha(EXTEND.sha, 2, lock.keys.key, lock.keys.meta, token, lock._ttl_ms)
+            results = pipe.execute(raise_on_error=False)
+        except Exception as exc:  # the whole round trip failed: each lock retries
+            return [exc] * len(batch)
+        outcomes: list[Any] = []
+        for (lock, token), result in zip(batch, results, strict=True):
+            if isinstance(result, Exception):
+                try:  # NOSCRIPT after a restart: run it the slow way once
+                    result = lock._do_extend(token, lock._ttl_ms)
+                except Exception as exc:
+                    result = exc
+                outcomes.append(result)
+            else:
+                outcomes.append(result == 1)
+        return outcomes
+
+    def _orphan_release(self, token: str) -> Callable[[], Any]:
+        alias, keys = self.connection, self.keys
+
+        def release() -> Any:
+            return RELEASE(lock_client(alias), [keys.key, keys.meta], [token, keys.channel])
+
+        return release
+
     async def _ado_acquire(self, token: str) -> tuple[bool, int]:
         keys, args = self._acquire_args(token)
         ok, value = await ACQUIRE.acall(await async_lock_client(self.connection), keys, args)
@@ -641,6 +723,13 @@ def _validate_timeout(timeout: object) -> float | None:
     if timeout is None:
         return None
     return validate_seconds(timeout, "timeout", allow_zero=True)
+
+
+def _cancel_count() -> int:
+    """How many cancels the current task has been asked for (0 before Python 3.11)."""
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)
+    return cancelling() if cancelling is not None else 0
 
 
 def _in_background(coro: Any) -> asyncio.Task[Any]:

@@ -48,14 +48,16 @@ def backoff_delays(base: float = 0.002, cap: float = 0.064) -> Iterator[float]:
 class Waiter:
     """One blocked acquirer, woken by a release on its lock's channel."""
 
-    __slots__ = ("_async_event", "_event", "_listener", "_loop", "channel")
+    __slots__ = ("_event", "_future", "_listener", "_loop", "_woken", "channel")
 
     def __init__(self, listener: _AliasListener, channel: bytes, loop: Any = None) -> None:
         self._listener = listener
         self.channel = channel
         self._loop = loop
         self._event = threading.Event() if loop is None else None
-        self._async_event = asyncio.Event() if loop is not None else None
+        # Async waiters: a flag and a future, touched only in the loop's thread.
+        self._woken = False
+        self._future: asyncio.Future[bool] | None = None
 
     @property
     def subscribed(self) -> bool:
@@ -63,33 +65,54 @@ class Waiter:
         return self._listener.is_confirmed(self.channel)
 
     def wake(self) -> None:
+        """Wake the waiter (from any thread)."""
         if self._event is not None:
             self._event.set()
         else:
             # A closed loop (RuntimeError) has nobody waiting any more.
             with contextlib.suppress(RuntimeError):
-                self._loop.call_soon_threadsafe(self._async_event.set)
+                self._loop.call_soon_threadsafe(self._wake_in_loop)
+
+    def _wake_in_loop(self) -> None:
+        self._woken = True
+        if self._future is not None and not self._future.done():
+            self._future.set_result(True)
 
     def clear(self) -> None:
         if self._event is not None:
             self._event.clear()
         else:
-            self._async_event.clear()
+            self._woken = False
 
     def wait(self, seconds: float) -> bool:
         """Block up to ``seconds``; True when woken."""
         return self._event.wait(max(seconds, 0.0))
 
     async def await_wake(self, seconds: float) -> bool:
-        """Async twin of :meth:`wait`."""
+        """Async twin of :meth:`wait`.
+
+        Awaits a plain future with a timer rather than ``asyncio.wait_for``,
+        which on Python 3.11 can swallow a cancel that races with the wake-up.
+        """
+        if self._woken:
+            return True
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[bool] = loop.create_future()
+        self._future = future
+        timer = loop.call_later(max(seconds, 0.0), _resolve, future, False)
         try:
-            await asyncio.wait_for(self._async_event.wait(), max(seconds, 0.0))
-        except asyncio.TimeoutError:
-            return False
-        return True
+            return await future
+        finally:
+            timer.cancel()
+            self._future = None
 
     def close(self) -> None:
         self._listener.remove(self)
+
+
+def _resolve(future: asyncio.Future[bool], value: bool) -> None:
+    if not future.done():
+        future.set_result(value)
 
 
 class _AliasListener:

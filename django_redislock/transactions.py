@@ -1,0 +1,72 @@
+"""Releasing a lock only after the database transaction around it ended.
+
+Releasing inside an open ``transaction.atomic()`` block lets the next holder
+read rows this transaction has not committed yet: a lost update. So when the
+``with`` block of a lock ends inside an atomic block, the release waits for the
+transaction: it runs from ``transaction.on_commit`` when it commits, and, when
+it rolls back (Django drops the on-commit callbacks of a rolled-back
+transaction or savepoint), from a finalizer on the dropped callback, at once.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .lock import BaseLock
+
+
+class _ReleaseOnCommit:
+    """The on-commit callback. Its finalizer is the release on rollback."""
+
+    __slots__ = ("__weakref__", "done", "lock")
+
+    def __init__(self, lock: BaseLock, done: list[bool]) -> None:
+        self.lock = lock
+        self.done = done
+
+    def __call__(self) -> None:
+        self.done[0] = True
+        self.lock._release_after_transaction()
+
+
+def _release_if_dropped(lock: BaseLock, done: list[bool]) -> None:
+    if not done[0]:
+        done[0] = True
+        lock._release_after_transaction()
+
+
+def open_atomic_alias() -> str | None:
+    """The alias of a database connection of this thread inside ``atomic()``, if any."""
+    from django.db import connections
+
+    for connection in connections.all(initialized_only=True):
+        if connection.in_atomic_block and any(
+            # The blocks Django's TestCase opens around each test never commit:
+            # only the application's own transactions count.
+            not getattr(block, "_from_testcase", False)
+            for block in connection.atomic_blocks
+        ):
+            return str(connection.alias)
+    return None
+
+
+def defer_release_to_commit(lock: BaseLock) -> bool:
+    """Arrange for ``lock`` to be released when the open transaction ends.
+
+    Returns False (release now) when no transaction is open.
+    """
+    from django.db import transaction
+
+    alias = open_atomic_alias()
+    if alias is None:
+        return False
+    done = [False]
+    callback = _ReleaseOnCommit(lock, done)
+    weakref.finalize(callback, _release_if_dropped, lock, done)
+    transaction.on_commit(callback, using=alias)
+    return True
+
+
+__all__: list[Any] = ["defer_release_to_commit", "open_atomic_alias"]

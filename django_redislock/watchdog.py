@@ -1,0 +1,321 @@
+"""Keeping watchdog locks alive while their holder lives.
+
+ONE daemon thread per process renews every watchdog lock taken with
+``acquire()``; ONE task per event loop renews those taken with ``aacquire()``.
+Each lock is renewed at about ttl/3 with a compare-token-and-extend script (it
+never re-creates a lock that is gone). Locks of one connection that fall due
+together are renewed in one pipelined round trip.
+
+A renewal that finds the token gone, or that cannot reach Redis before the
+lock's local validity ran out, marks the lock lost: ``lock.lost`` turns True,
+``lock_lost`` is sent and the lock's ``on_lost`` callback is called, once.
+A release always wins: a lock released (or re-acquired) while its renewal was
+in flight is simply dropped, never reported lost. A lock object that is
+garbage-collected while held is released here, by its token. The thread and
+the tasks end when they have nothing left to renew.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import threading
+import weakref
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from . import signals
+
+if TYPE_CHECKING:
+    from .lock import BaseLock
+
+logger = logging.getLogger("django_redislock.watchdog")
+
+#: Renew at this fraction of the TTL.
+RENEW_FRACTION = 1 / 3
+#: After a failed renewal (server unreachable), retry this much sooner.
+RETRY_FRACTION = 1 / 10
+#: The thread / task exits after this long with nothing to renew.
+IDLE_EXIT_SECONDS = 1.0
+
+
+class _Entry:
+    """One watched lock: a weak reference plus what we need if it is collected."""
+
+    __slots__ = ("due", "release", "token", "weak")
+
+    def __init__(self, lock: BaseLock, token: str, due: float) -> None:
+        self.token = token
+        self.due = due
+        # What releasing it needs without the object (used if it is collected).
+        self.release: Callable[[], Any] = lock._orphan_release(token)
+        self.weak = weakref.ref(lock)
+
+
+def _clock() -> float:
+    from . import lock as lock_module
+
+    return lock_module.clock()
+
+
+def mark_lost(lock: BaseLock, reason: str) -> None:
+    """Mark ``lock`` lost and tell everyone who listens, once."""
+    if lock._lost:
+        return
+    lock._lost = True
+    logger.warning("Lock %r lost: %s", lock.name, reason)
+    try:
+        signals.lock_lost.send(sender=type(lock), lock=lock, reason=reason)
+    except Exception:
+        logger.exception("A lock_lost receiver failed for %r", lock.name)
+    if lock.on_lost is not None:
+        try:
+            lock.on_lost(lock)
+        except Exception:
+            logger.exception("on_lost callback failed for %r", lock.name)
+
+
+class _Schedule:
+    """Which watched locks are due when; shared by the thread and the tasks."""
+
+    def __init__(self) -> None:
+        self.entries: dict[int, _Entry] = {}
+
+    def add(self, lock: BaseLock) -> None:
+        token = lock.token
+        assert token is not None
+        self.entries[id(lock)] = _Entry(lock, token, _clock() + lock.ttl * RENEW_FRACTION)
+
+    def discard(self, lock: BaseLock) -> None:
+        entry = self.entries.get(id(lock))
+        if entry is not None and entry.weak() is lock:
+            del self.entries[id(lock)]
+
+    def next_due(self) -> float | None:
+        return min((e.due for e in self.entries.values()), default=None)
+
+    def take_due(self, now: float) -> tuple[list[tuple[_Entry, BaseLock]], list[_Entry]]:
+        """(live due entries with their lock, entries whose lock was collected)."""
+        due, orphans = [], []
+        for key, entry in list(self.entries.items()):
+            lock = entry.weak()
+            if lock is None:
+                orphans.append(entry)
+                del self.entries[key]
+            elif lock.token != entry.token or lock._lost:
+                del self.entries[key]  # released, re-acquired or already lost
+            elif entry.due <= now:
+                due.append((entry, lock))
+        return due, orphans
+
+    def settle(self, entry: _Entry, lock: BaseLock, outcome: Any, started: float) -> None:
+        """Apply one renewal's outcome: True, False (token gone) or an exception."""
+        if lock.token != entry.token:
+            self.entries.pop(id(lock), None)  # released meanwhile: the release won
+            return
+        now = _clock()
+        if outcome is True:
+            lock.valid_until = started + lock.ttl
+            entry.due = started + lock.ttl * RENEW_FRACTION
+        elif outcome is False:
+            self.entries.pop(id(lock), None)
+            mark_lost(lock, "the lock expired or another holder took it")
+        elif lock.valid_until is not None and now >= lock.valid_until:
+            self.entries.pop(id(lock), None)
+            mark_lost(lock, f"Redis unreachable until the TTL ran out ({outcome})")
+        else:
+            logger.info("Renewing %r failed, retrying: %s", lock.name, outcome)
+            left = (lock.valid_until or now) - now
+            entry.due = now + max(0.001, min(lock.ttl * RETRY_FRACTION, left / 2))
+
+    def past_max_hold(self, entry: _Entry, lock: BaseLock, now: float) -> bool:
+        """True when the lock has been held longer than its ``max_hold``: stop renewing."""
+        if lock.max_hold is None or lock.acquired_at is None:
+            return False
+        if now - lock.acquired_at < lock.max_hold:
+            return False
+        if lock.valid_until is not None and now < lock.valid_until:
+            entry.due = lock.valid_until  # let it expire, then report it lost
+            return True
+        self.entries.pop(id(lock), None)
+        mark_lost(lock, f"held longer than max_hold={lock.max_hold:g}s; let it expire")
+        return True
+
+
+class _ThreadWatchdog:
+    """The process's renewal thread for locks taken with ``acquire()``."""
+
+    def __init__(self) -> None:
+        self.schedule = _Schedule()
+        self.cond = threading.Condition()
+        self.thread: threading.Thread | None = None
+
+    def watch(self, lock: BaseLock) -> None:
+        with self.cond:
+            self.schedule.add(lock)
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(
+                    target=self._run, name="redislock-watchdog", daemon=True
+                )
+                self.thread.start()
+            self.cond.notify()
+
+    def unwatch(self, lock: BaseLock) -> None:
+        with self.cond:
+            self.schedule.discard(lock)
+
+    def _run(self) -> None:
+        idle_since: float | None = None
+        while True:
+            with self.cond:
+                now = _clock()
+                due, orphans = self.schedule.take_due(now)
+                if not due and not orphans:
+                    next_due = self.schedule.next_due()
+                    if next_due is None:
+                        idle_since = idle_since or now
+                        if now - idle_since >= IDLE_EXIT_SECONDS:
+                            self.thread = None
+                            return
+                        self.cond.wait(IDLE_EXIT_SECONDS)
+                    else:
+                        idle_since = None
+                        self.cond.wait(max(0.0, next_due - now))
+                    continue
+                idle_since = None
+                due = [(e, lk) for e, lk in due if not self.schedule.past_max_hold(e, lk, now)]
+            for entry in orphans:
+                _release_orphan(entry)
+            if due:
+                self._renew(due)
+
+    def _renew(self, due: list[tuple[_Entry, BaseLock]]) -> None:
+        started = _clock()
+        outcomes = _renew_batch([(lock, entry.token) for entry, lock in due])
+        with self.cond:
+            for (entry, lock), outcome in zip(due, outcomes, strict=True):
+                self.schedule.settle(entry, lock, outcome, started)
+
+
+def _renew_batch(items: list[tuple[BaseLock, str]]) -> list[Any]:
+    """Renew many locks: grouped per connection where the lock class can batch."""
+    outcomes: list[Any] = [None] * len(items)
+    groups: dict[Any, list[int]] = {}
+    for index, (lock, _) in enumerate(items):
+        groups.setdefault(lock._renew_group(), []).append(index)
+    for group, indexes in groups.items():
+        if group is not None and len(indexes) > 1:
+            batch = [items[i] for i in indexes]
+            results = type(batch[0][0])._extend_many(batch)
+            for i, result in zip(indexes, results, strict=True):
+                outcomes[i] = result
+            continue
+        for i in indexes:
+            lock, token = items[i]
+            try:
+                outcomes[i] = lock._do_extend(token, lock._ttl_ms)
+            except Exception as exc:  # reported through settle()
+                outcomes[i] = exc
+    return outcomes
+
+
+def _release_orphan(entry: _Entry) -> None:
+    try:
+        entry.release()
+    except Exception as exc:  # it expires by its TTL anyway
+        logger.info("Could not release a garbage-collected lock: %s", exc)
+
+
+class _LoopWatchdog:
+    """One renewal task per event loop for locks taken with ``aacquire()``."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.schedule = _Schedule()
+        self.wake = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    def watch(self, lock: BaseLock) -> None:
+        self.schedule.add(lock)
+        if self.task is None or self.task.done():
+            self.task = self.loop.create_task(self._run(), name="redislock-watchdog")
+        self.wake.set()
+
+    def unwatch(self, lock: BaseLock) -> None:
+        self.schedule.discard(lock)
+
+    async def _run(self) -> None:
+        idle_since: float | None = None
+        while True:
+            now = _clock()
+            due, orphans = self.schedule.take_due(now)
+            for entry in orphans:
+                _release_orphan(entry)
+            due = [(e, lock) for e, lock in due if not self.schedule.past_max_hold(e, lock, now)]
+            if due:
+                idle_since = None
+                started = _clock()
+                outcomes = await asyncio.gather(
+                    *(lock._ado_extend(entry.token, lock._ttl_ms) for entry, lock in due),
+                    return_exceptions=True,
+                )
+                for (entry, lock), outcome in zip(due, outcomes, strict=True):
+                    self.schedule.settle(entry, lock, outcome, started)
+                continue
+            next_due = self.schedule.next_due()
+            if next_due is None:
+                idle_since = idle_since or now
+                if now - idle_since >= IDLE_EXIT_SECONDS:
+                    return
+                wait = IDLE_EXIT_SECONDS
+            else:
+                idle_since = None
+                wait = max(0.0, next_due - now)
+            self.wake.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), wait)
+
+
+_thread_watchdog = _ThreadWatchdog()
+_loop_watchdogs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopWatchdog] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def watch(lock: BaseLock, *, in_loop: bool = False) -> None:
+    """Start renewing ``lock`` (just acquired with ``watchdog=True``)."""
+    if in_loop:
+        loop = asyncio.get_running_loop()
+        dog = _loop_watchdogs.get(loop)
+        if dog is None:
+            dog = _loop_watchdogs[loop] = _LoopWatchdog(loop)
+        dog.watch(lock)
+    else:
+        _thread_watchdog.watch(lock)
+
+
+def unwatch(lock: BaseLock) -> None:
+    """Stop renewing ``lock`` (it is being released)."""
+    _thread_watchdog.unwatch(lock)
+    for dog in list(_loop_watchdogs.values()):
+        dog.unwatch(lock)
+
+
+def running() -> bool:
+    """True while the watchdog thread or any watchdog task is alive (for tests)."""
+    thread = _thread_watchdog.thread
+    if thread is not None and thread.is_alive():
+        return True
+    return any(d.task is not None and not d.task.done() for d in _loop_watchdogs.values())
+
+
+def _reset_after_fork() -> None:
+    # The child has neither the thread nor the parent's locks to renew.
+    global _thread_watchdog
+    _thread_watchdog = _ThreadWatchdog()
+    _loop_watchdogs.clear()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
