@@ -227,7 +227,7 @@ _GLOB_SPECIAL = frozenset("\\*?[]")
 # small keeps each call short on the server, large saves round trips when few
 # keys match (a pattern search among a million cache keys).
 MIN_SCAN_COUNT = 100
-MAX_SCAN_COUNT = 10_000
+MAX_SCAN_COUNT = 5_000
 # Lock keys wanted from one SCAN call while iterating held_locks().
 _BATCH_TARGET = 250
 

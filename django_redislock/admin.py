@@ -1,0 +1,522 @@
+"""The admin page of held locks: list, inspect and force-release, read live from Redis.
+
+``HeldLock`` is an unmanaged placeholder model (see ``models.py``); this
+``ModelAdmin`` replaces every view with its own, built on
+``self.admin_site.admin_view`` and ``self.admin_site.each_context(request)`` so it
+works on any ``AdminSite``. Every view checks the model permission itself:
+``view_heldlock`` to list and inspect, ``release_heldlock`` to force-release.
+Force-release is a GET confirmation page showing the holder, then a
+CSRF-protected POST that carries that holder's token, so a lock taken by someone
+else since the page loaded is left alone. Each release writes a ``LogEntry`` and
+sends ``lock_force_released``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+from urllib.parse import urlencode
+
+from django.conf import settings
+from django.contrib import admin, messages
+from django.contrib.admin.models import DELETION, LogEntry
+from django.contrib.admin.utils import quote, unquote
+from django.contrib.auth import get_permission_codename
+from django.contrib.contenttypes.models import ContentType
+from django.core.exceptions import PermissionDenied
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+)
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils import formats, timezone
+from django.utils.timesince import timesince
+
+from .conf import get_config
+from .exceptions import InvalidLockName, RedisLockError
+from .inspect import (
+    CHANGED_HANDS,
+    RELEASED,
+    LockInfo,
+    ReleaseResult,
+    force_release_holder,
+    lock_info,
+    scan_page,
+    search_pattern,
+)
+from .keys import validate_name
+from .models import HeldLock
+
+#: The changelist's query parameters.
+SEARCH_VAR = "q"
+ORDER_VAR = "o"
+CURSOR_VAR = "cursor"
+PAGE_VAR = "p"
+CONNECTION_VAR = "connection"
+ACTION_NAME = "release_selected"
+#: Orders a page can be sorted by (within the page: SCAN has no order).
+ORDERINGS = {
+    "name": lambda info: info.name,
+    "ttl": lambda info: (info.ttl is None, info.ttl or 0.0),
+}
+
+
+def format_ttl(seconds: float | None) -> str:
+    """A TTL for people: ``12.3 s``, ``4 min 5 s``, ``2 h 30 min``."""
+    if seconds is None:
+        return "no TTL"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    whole = int(seconds)
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60} s"
+    return f"{whole // 3600} h {whole % 3600 // 60} min"
+
+
+def format_moment(moment: dt.datetime | None) -> str:
+    """An aware datetime in the current time zone, localized, with how long ago."""
+    if moment is None:
+        return "—"
+    local = timezone.localtime(moment) if settings.USE_TZ else moment
+    return f"{formats.localize(local)} ({timesince(moment)} ago)"
+
+
+def holder_fields(info: LockInfo, alias: str) -> list[tuple[str, str]]:
+    """(label, text) pairs describing a held lock, for the detail and confirmation pages."""
+    owner = info.owner
+    return [
+        ("Name", info.name),
+        ("Purpose", info.purpose or "—"),
+        ("Host", owner.host or "—"),
+        ("Process ID", "—" if owner.pid is None else str(owner.pid)),
+        ("Thread", owner.thread or "—"),
+        ("TTL left", format_ttl(info.ttl)),
+        ("Acquired at", format_moment(info.acquired_at)),
+        ("Fence", "—" if info.fence is None else str(info.fence)),
+        ("Watchdog", "on (renewed while the holder runs)" if info.watchdog else "off"),
+        ("Token", info.short_token),
+        ("Redis key", info.key),
+        ("Connection", alias),
+    ]
+
+
+class HeldLockAdmin(admin.ModelAdmin):
+    """Held locks, read live from Redis; nothing here touches the database table."""
+
+    #: Locks per page (a page is whole SCAN batches, so it may hold a few more).
+    list_per_page = 100
+    #: Seconds one page may spend scanning before it shows what it found so far
+    #: with a link to continue (a sparse search over millions of keys).
+    scan_time_budget = 2.0
+    #: Seconds between reloads when the user turns auto-refresh on (off by
+    #: default; ``None`` hides the switch).
+    auto_refresh_seconds: int | None = 10
+
+    change_list_template = "admin/django_redislock/heldlock_change_list.html"
+    detail_template = "admin/django_redislock/heldlock_detail.html"
+    release_confirmation_template = "admin/django_redislock/heldlock_release_confirmation.html"
+    release_selected_confirmation_template = (
+        "admin/django_redislock/heldlock_release_selected_confirmation.html"
+    )
+
+    # -- permissions ---------------------------------------------------------
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_release_permission(self, request: HttpRequest) -> bool:
+        opts = self.opts
+        codename = get_permission_codename("release", opts)
+        return request.user.has_perm(f"{opts.app_label}.{codename}")
+
+    def _check_view(self, request: HttpRequest) -> None:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+
+    def _check_release(self, request: HttpRequest) -> None:
+        if not (self.has_view_permission(request) and self.has_release_permission(request)):
+            raise PermissionDenied
+
+    # -- URLs ----------------------------------------------------------------
+
+    def get_urls(self) -> list[URLPattern]:
+        prefix = f"{self.opts.app_label}_{self.opts.model_name}"
+        wrap = self.admin_site.admin_view
+        # Only our own views: the default ones would query the (absent) table.
+        # Names are quoted (admin.utils.quote), so "/" in a name is "_2F".
+        return [
+            path("", wrap(self.changelist_view), name=f"{prefix}_changelist"),
+            path(
+                "release/",
+                wrap(self.release_selected_view),
+                name=f"{prefix}_release_selected",
+            ),
+            path(
+                "<str:object_id>/release/",
+                wrap(self.release_view),
+                name=f"{prefix}_release",
+            ),
+            path("<str:object_id>/change/", wrap(self.detail_view), name=f"{prefix}_change"),
+        ]
+
+    def _url(self, view: str, *args: Any, query: dict[str, Any] | None = None) -> str:
+        opts = self.opts
+        url = reverse(
+            f"admin:{opts.app_label}_{opts.model_name}_{view}",
+            args=args,
+            current_app=self.admin_site.name,
+        )
+        query = {k: v for k, v in (query or {}).items() if v not in (None, "")}
+        return f"{url}?{urlencode(query)}" if query else url
+
+    def _lock_url(self, view: str, info_or_name: Any, alias: str) -> str:
+        name = getattr(info_or_name, "name", info_or_name)
+        query = {CONNECTION_VAR: alias} if alias != self._default_alias() else None
+        return self._url(view, quote(name), query=query)
+
+    # -- connections ---------------------------------------------------------
+
+    def _default_alias(self) -> str:
+        return get_config()["CONNECTION"]
+
+    def connection_aliases(self) -> list[str]:
+        """The aliases the page can inspect: the lock connection and the Redlock nodes."""
+        config = get_config()
+        aliases = [config["CONNECTION"], *config.get("REDLOCK_CONNECTIONS", [])]
+        return list(dict.fromkeys(aliases))
+
+    def _alias(self, request: HttpRequest) -> str:
+        alias = request.GET.get(CONNECTION_VAR) or request.POST.get(CONNECTION_VAR)
+        if not alias:
+            return self._default_alias()
+        if alias not in self.connection_aliases():
+            raise Http404(f"Unknown lock connection {alias!r}")
+        return alias
+
+    def _name(self, object_id: str) -> str:
+        try:
+            return validate_name(unquote(object_id))
+        except InvalidLockName as exc:
+            raise Http404(str(exc)) from None
+
+    # -- context -------------------------------------------------------------
+
+    def _context(self, request: HttpRequest, title: str, **extra: Any) -> dict[str, Any]:
+        return {
+            **self.admin_site.each_context(request),
+            "title": title,
+            "subtitle": None,
+            "opts": self.opts,
+            "app_label": self.opts.app_label,
+            "has_view_permission": self.has_view_permission(request),
+            "has_release_permission": self.has_release_permission(request),
+            "changelist_url": self._url("changelist"),
+            **extra,
+        }
+
+    def _row(self, info: LockInfo, alias: str) -> dict[str, Any]:
+        return {
+            "info": info,
+            "ttl": format_ttl(info.ttl),
+            "acquired_at": format_moment(info.acquired_at),
+            "fields": holder_fields(info, alias),
+            "detail_url": self._lock_url("change", info, alias),
+            "release_url": self._lock_url("release", info, alias),
+        }
+
+    # -- change list ---------------------------------------------------------
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        self._check_view(request)
+        alias = self._alias(request)
+        if request.method == "POST":
+            return self._changelist_action(request, alias)
+        query = request.GET.get(SEARCH_VAR, "").strip()
+        order = request.GET.get(ORDER_VAR, "name")
+        if order.lstrip("-") not in ORDERINGS:
+            order = "name"
+        cursor = request.GET.get(CURSOR_VAR) or None
+        try:
+            page_number = max(1, int(request.GET.get(PAGE_VAR, "1")))
+        except ValueError:
+            page_number = 1
+        infos: list[LockInfo] = []
+        next_cursor = None
+        error = None
+        try:
+            infos, next_cursor = scan_page(
+                search_pattern(query),
+                cursor,
+                self.list_per_page,
+                alias,
+                max_seconds=self.scan_time_budget,
+            )
+        except ValueError as exc:  # a bad cursor or pattern typed into the URL
+            error = str(exc)
+        except RedisLockError as exc:
+            error = str(exc)
+        infos.sort(key=ORDERINGS[order.lstrip("-")], reverse=order.startswith("-"))
+
+        base = {
+            SEARCH_VAR: query,
+            CONNECTION_VAR: alias if len(self.connection_aliases()) > 1 else "",
+        }
+
+        def link(**changes: Any) -> str:
+            params = {**base, ORDER_VAR: order if order != "name" else "", **changes}
+            params = {k: v for k, v in params.items() if v not in (None, "")}
+            return "?" + urlencode(params) if params else "?"
+
+        headers = []
+        for field, label in (("name", "Name"), ("ttl", "TTL left")):
+            sorted_here = order.lstrip("-") == field
+            ascending = sorted_here and not order.startswith("-")
+            toggled = f"-{field}" if ascending else field
+            headers.append(
+                {
+                    "field": field,
+                    "label": label,
+                    "sorted": sorted_here,
+                    "ascending": ascending,
+                    "url": link(**{ORDER_VAR: toggled, CURSOR_VAR: cursor, PAGE_VAR: page_number}),
+                }
+            )
+        context = self._context(
+            request,
+            self.opts.verbose_name_plural.capitalize(),
+            rows=[self._row(info, alias) for info in infos],
+            query=query,
+            order=order,
+            headers=headers,
+            page_number=page_number,
+            is_first_page=cursor is None,
+            next_url=(
+                link(**{CURSOR_VAR: next_cursor, PAGE_VAR: page_number + 1})
+                if next_cursor
+                else None
+            ),
+            first_url=link(),
+            scan_complete=next_cursor is None,
+            error=error,
+            alias=alias,
+            aliases=self.connection_aliases(),
+            search_var=SEARCH_VAR,
+            connection_var=CONNECTION_VAR,
+            action_name=ACTION_NAME,
+            auto_refresh_seconds=self.auto_refresh_seconds,
+            list_per_page=self.list_per_page,
+            **(extra_context or {}),
+        )
+        return TemplateResponse(request, self.change_list_template, context)
+
+    def _changelist_action(self, request: HttpRequest, alias: str) -> HttpResponse:
+        """The actions bar: "Force-release selected held locks" -> confirmation page."""
+        self._check_release(request)
+        back = request.get_full_path()
+        if request.POST.get("action") != ACTION_NAME:
+            self.message_user(request, "No action selected.", messages.WARNING)
+            return HttpResponseRedirect(back)
+        names = request.POST.getlist(admin.helpers.ACTION_CHECKBOX_NAME)
+        if not names:
+            self.message_user(
+                request,
+                "Items must be selected in order to perform actions on them. "
+                "No items have been changed.",
+                messages.WARNING,
+            )
+            return HttpResponseRedirect(back)
+        held: list[LockInfo] = []
+        gone: list[str] = []
+        try:
+            for name in dict.fromkeys(names):
+                info = lock_info(self._name(quote(name)), connection=alias)
+                if info is None:
+                    gone.append(name)
+                else:
+                    held.append(info)
+        except RedisLockError as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+            return HttpResponseRedirect(back)
+        context = self._context(
+            request,
+            "Are you sure?",
+            rows=[self._row(info, alias) for info in held],
+            gone=gone,
+            alias=alias,
+            connection_var=CONNECTION_VAR,
+            form_url=self._url("release_selected"),
+            back_url=back,
+        )
+        return TemplateResponse(request, self.release_selected_confirmation_template, context)
+
+    # -- detail ----------------------------------------------------------------
+
+    def detail_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        self._check_view(request)
+        alias = self._alias(request)
+        name = self._name(object_id)
+        try:
+            info = lock_info(name, connection=alias)
+        except RedisLockError as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+            return HttpResponseRedirect(self._url("changelist"))
+        if info is None:
+            self.message_user(
+                request, f"Lock “{name}” is not held (released or expired).", messages.WARNING
+            )
+            return HttpResponseRedirect(self._url("changelist"))
+        context = self._context(
+            request,
+            f"Held lock “{name}”",
+            object_name=name,
+            row=self._row(info, alias),
+            info=info,
+            alias=alias,
+            history=self._history(name),
+        )
+        return TemplateResponse(request, self.detail_template, context)
+
+    def _history(self, name: str) -> list[LogEntry]:
+        content_type = ContentType.objects.get_for_model(HeldLock, for_concrete_model=False)
+        return list(
+            LogEntry.objects.filter(content_type=content_type, object_id=name)
+            .select_related("user")
+            .order_by("-action_time")[:10]
+        )
+
+    # -- force-release ---------------------------------------------------------
+
+    def release_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """GET: confirmation page showing the holder. POST: release that holder only."""
+        self._check_release(request)
+        alias = self._alias(request)
+        name = self._name(object_id)
+        if request.method == "POST":
+            token = request.POST.get("token", "")
+            result = self._release(request, name, token, alias)
+            if result is not None and result.status == CHANGED_HANDS and result.info:
+                return HttpResponseRedirect(self._lock_url("change", name, alias))
+            return HttpResponseRedirect(self._url("changelist"))
+        try:
+            info = lock_info(name, connection=alias)
+        except RedisLockError as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+            return HttpResponseRedirect(self._url("changelist"))
+        if info is None:
+            self.message_user(
+                request, f"Lock “{name}” is not held; nothing to release.", messages.WARNING
+            )
+            return HttpResponseRedirect(self._url("changelist"))
+        context = self._context(
+            request,
+            "Are you sure?",
+            object_name=name,
+            row=self._row(info, alias),
+            info=info,
+            alias=alias,
+            connection_var=CONNECTION_VAR,
+        )
+        return TemplateResponse(request, self.release_confirmation_template, context)
+
+    def release_selected_view(self, request: HttpRequest) -> HttpResponse:
+        """POST from the bulk confirmation page: release each holder shown there."""
+        self._check_release(request)
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        alias = self._alias(request)
+        pairs = self._pairs(request)
+        if not pairs:
+            self.message_user(request, "No locks were selected.", messages.WARNING)
+            return HttpResponseRedirect(self._url("changelist"))
+        released = 0
+        for raw_name, token in pairs:
+            try:
+                name = validate_name(raw_name)
+            except InvalidLockName:
+                continue
+            result = self._release(request, name, token, alias, quiet=True)
+            released += bool(result and result.released)
+        if released:
+            plural = "lock was" if released == 1 else "locks were"
+            self.message_user(request, f"{released} {plural} force-released.", messages.SUCCESS)
+        return HttpResponseRedirect(self._url("changelist"))
+
+    @staticmethod
+    def _pairs(request: HttpRequest) -> list[tuple[str, str]]:
+        names = request.POST.getlist("lock")
+        tokens = request.POST.getlist("token")
+        return list(zip(names, tokens, strict=True)) if len(names) == len(tokens) else []
+
+    def _release(
+        self, request: HttpRequest, name: str, token: str, alias: str, *, quiet: bool = False
+    ) -> ReleaseResult | None:
+        """Release ``name`` if the holder with ``token`` still holds it; report it."""
+        if not token:
+            self.message_user(
+                request,
+                f"Lock “{name}” was not released: the request did not say which holder to "
+                "release. Release it from its confirmation page.",
+                messages.ERROR,
+            )
+            return None
+        try:
+            result = force_release_holder(name, token=token, connection=alias, user=request.user)
+        except RedisLockError as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+            return None
+        if result.status == RELEASED:
+            self.log_release(request, name, result.info, alias)
+            if not quiet:
+                self.message_user(request, f"Lock “{name}” was force-released.", messages.SUCCESS)
+        elif result.status == CHANGED_HANDS:
+            now = f" (now held by {result.info.owner})" if result.info else ""
+            self.message_user(
+                request,
+                f"Lock “{name}” changed hands since the page was loaded{now}; it was not released.",
+                messages.WARNING,
+            )
+        else:
+            self.message_user(
+                request,
+                f"Lock “{name}” was no longer held (released or expired); nothing was released.",
+                messages.WARNING,
+            )
+        return result
+
+    def log_release(
+        self, request: HttpRequest, name: str, info: LockInfo | None, alias: str
+    ) -> LogEntry:
+        """Write the admin log entry of a force-release."""
+        content_type = ContentType.objects.get_for_model(HeldLock, for_concrete_model=False)
+        if info is not None:
+            fence = "none" if info.fence is None else info.fence
+            message = (
+                f"Force-released on connection “{alias}”: held by {info.owner}"
+                f"{f' for {info.purpose}' if info.purpose else ''}, fence {fence}, "
+                f"token {info.short_token}"
+            )
+        else:
+            message = f"Force-released on connection “{alias}”"
+        return LogEntry.objects.create(
+            user_id=request.user.pk,
+            content_type_id=content_type.pk,
+            object_id=name,
+            object_repr=name[:200],
+            action_flag=DELETION,
+            change_message=message,
+        )
+
+
+admin.site.register(HeldLock, HeldLockAdmin)
