@@ -1,0 +1,209 @@
+"""``manage.py redislock list|inspect|release``: look at held locks and force-release one.
+
+Tokens are secrets that let anyone release a lock in its holder's name, so the
+command never prints one whole: it shows a short prefix, enough to tell holders
+apart, and ``release --token`` accepts that prefix.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from django_redislock.conf import get_config
+from django_redislock.exceptions import RedisLockError
+from django_redislock.inspect import (
+    CHANGED_HANDS,
+    RELEASED,
+    LockInfo,
+    force_release_holder,
+    held_locks,
+    lock_info,
+)
+
+#: Shortest ``--token`` prefix accepted (the listing shows this many characters).
+MIN_TOKEN_PREFIX = 6
+
+
+def token_prefix(token: str) -> str:
+    return token[:MIN_TOKEN_PREFIX]
+
+
+def info_dict(info: LockInfo) -> dict[str, Any]:
+    """A JSON-ready description of a held lock, without its full token."""
+    return {
+        "name": info.name,
+        "key": info.key,
+        "ttl": None if info.ttl is None else round(info.ttl, 3),
+        "owner": {"host": info.owner.host, "pid": info.owner.pid, "thread": info.owner.thread},
+        "purpose": info.purpose,
+        "acquired_at": info.acquired_at.isoformat() if info.acquired_at else None,
+        "fence": info.fence,
+        "watchdog": info.watchdog,
+        "connection": info.connection,
+        "token_prefix": token_prefix(info.token),
+    }
+
+
+def _ttl(info: LockInfo) -> str:
+    return "-" if info.ttl is None else f"{info.ttl:.1f}s"
+
+
+class Command(BaseCommand):
+    help = "List, inspect and force-release the distributed locks held in Redis."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        sub = parser.add_subparsers(
+            dest="subcommand", required=True, metavar="{list,inspect,release}"
+        )
+
+        def connection(p: CommandParser) -> None:
+            p.add_argument(
+                "--connection",
+                default=None,
+                help="django-redis cache alias (default: REDISLOCK['CONNECTION']).",
+            )
+
+        listing = sub.add_parser("list", help="List held locks (SCAN, never KEYS).")
+        listing.add_argument(
+            "--pattern",
+            default="*",
+            help="Glob over lock names, e.g. 'report:*' (default: every lock).",
+        )
+        listing.add_argument("--json", action="store_true", help="Print a JSON array.")
+        connection(listing)
+
+        inspect = sub.add_parser("inspect", help="Show who holds one lock.")
+        inspect.add_argument("name")
+        inspect.add_argument("--json", action="store_true", help="Print a JSON object.")
+        connection(inspect)
+
+        release = sub.add_parser("release", help="Force-release one lock.")
+        release.add_argument("name")
+        release.add_argument(
+            "--yes", action="store_true", help="Do not ask for confirmation (needed off a TTY)."
+        )
+        release.add_argument(
+            "--token",
+            default=None,
+            help=(
+                "Release only if the holder's token is this (or starts with this, at least "
+                f"{MIN_TOKEN_PREFIX} characters, as `list` shows it)."
+            ),
+        )
+        connection(release)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        handler = getattr(self, f"handle_{options['subcommand']}")
+        try:
+            handler(**options)
+        except RedisLockError as exc:
+            raise CommandError(str(exc)) from exc
+        except ValueError as exc:  # a bad pattern or name
+            raise CommandError(str(exc)) from exc
+
+    # -- list --------------------------------------------------------------------
+
+    def handle_list(self, *, pattern: str, json: bool, connection: str | None, **_: Any) -> None:
+        infos = sorted(held_locks(pattern, connection=connection), key=lambda i: i.name)
+        if json:
+            self._json([info_dict(info) for info in infos])
+            return
+        if not infos:
+            self.stdout.write("No locks are held." if pattern == "*" else "No held lock matches.")
+            return
+        rows = [
+            (
+                info.name,
+                _ttl(info),
+                str(info.owner),
+                "-" if info.fence is None else str(info.fence),
+                "yes" if info.watchdog else "no",
+                token_prefix(info.token),
+                info.purpose or "-",
+            )
+            for info in infos
+        ]
+        header = ("NAME", "TTL", "OWNER", "FENCE", "WATCHDOG", "TOKEN", "PURPOSE")
+        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header) - 1)]
+        for row in [header, *rows]:
+            cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+            self.stdout.write("  ".join([*cells, row[-1]]).rstrip())
+        alias = connection or get_config()["CONNECTION"]
+        count = len(infos)
+        self.stdout.write(f"{count} held lock{'' if count == 1 else 's'} on {alias!r}.")
+
+    # -- inspect -------------------------------------------------------------------
+
+    def handle_inspect(self, *, name: str, json: bool, connection: str | None, **_: Any) -> None:
+        info = lock_info(name, connection=connection)
+        if info is None:
+            raise CommandError(f"Lock {name!r} is not held.")
+        if json:
+            self._json(info_dict(info))
+            return
+        self._describe(info)
+
+    def _describe(self, info: LockInfo) -> None:
+        lines = [
+            ("Name", info.name),
+            ("Key", info.key),
+            ("Connection", info.connection),
+            ("Owner", str(info.owner)),
+            ("Purpose", info.purpose or "-"),
+            ("TTL left", _ttl(info)),
+            ("Acquired at", info.acquired_at.isoformat() if info.acquired_at else "-"),
+            ("Fence", "-" if info.fence is None else str(info.fence)),
+            ("Watchdog", "yes" if info.watchdog else "no"),
+            ("Token", token_prefix(info.token) + "…"),
+        ]
+        for label, value in lines:
+            self.stdout.write(f"{label + ':':<13}{value}")
+
+    # -- release -------------------------------------------------------------------
+
+    def handle_release(
+        self, *, name: str, yes: bool, token: str | None, connection: str | None, **_: Any
+    ) -> None:
+        if token is not None and len(token) < MIN_TOKEN_PREFIX:
+            raise CommandError(f"--token needs at least {MIN_TOKEN_PREFIX} characters.")
+        info = lock_info(name, connection=connection)
+        if info is None:
+            raise CommandError(f"Lock {name!r} is not held; nothing to release.")
+        if token is not None and not info.token.startswith(token):
+            raise CommandError(
+                f"Lock {name!r} is held by another holder (token {token_prefix(info.token)}…, "
+                f"{info.owner}); not released."
+            )
+        if not yes:
+            self._confirm(info)
+        # Release exactly the holder shown: if it changed hands since, nothing happens.
+        result = force_release_holder(name, token=info.token, connection=connection)
+        if result.status == RELEASED:
+            self.stdout.write(
+                self.style.SUCCESS(
+                    f"Released lock {name!r} (was held by {info.owner}, fence "
+                    f"{'-' if info.fence is None else info.fence})."
+                )
+            )
+        elif result.status == CHANGED_HANDS:
+            now = f" (now {result.info.owner})" if result.info else ""
+            raise CommandError(f"Lock {name!r} changed hands{now}; not released.")
+        else:
+            raise CommandError(f"Lock {name!r} was released or expired meanwhile.")
+
+    def _confirm(self, info: LockInfo) -> None:
+        if not sys.stdin.isatty():
+            raise CommandError(
+                "Not on a terminal: pass --yes to force-release without confirmation."
+            )
+        self._describe(info)
+        answer = input(f"Force-release lock {info.name!r}? Its holder may still be working. [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            raise CommandError("Cancelled; nothing was released.")
+
+    def _json(self, data: Any) -> None:
+        self.stdout.write(json.dumps(data, indent=2, ensure_ascii=False))
