@@ -1,0 +1,171 @@
+"""The Held locks admin page in a real browser: headless Chromium driven by Selenium.
+
+Uses the system Chromium and chromedriver (Debian packages ``chromium`` and
+``chromium-driver``; ``.ci/run`` installs them) and skips when they are missing.
+A separate process holds the locks, as a worker would; the test logs in, opens
+Held locks, sees them, force-releases one through the confirmation page and sees
+it gone. It also saves the screenshot the README shows (docs/img/).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from django_redislock import lock_info
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+ROOT = Path(__file__).resolve().parent.parent
+SCREENSHOT = ROOT / "docs" / "img" / "admin-held-locks.png"
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not os.path.exists(CHROMIUM) or not os.path.exists(CHROMEDRIVER),
+        reason=(
+            f"needs the system Chromium ({CHROMIUM}) and chromedriver ({CHROMEDRIVER}): "
+            "apt-get install chromium chromium-driver"
+        ),
+    ),
+]
+
+# Run in a separate process: holds a few locks until its stdin closes.
+HOLDER = textwrap.dedent(
+    """
+    import os, sys, threading
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+    import django
+    django.setup()
+    from django_redislock import Lock
+
+    def take(name, **kwargs):
+        lock = Lock(name, ttl=kwargs.pop("ttl", 300), **kwargs)
+        assert lock.acquire(blocking=False), name
+        return lock
+
+    locks = [
+        take("report:nightly-sales", purpose="manage.py nightly_sales", watchdog=True, ttl=60),
+        take("invoice:2024-00042", purpose="billing.views.pay_invoice", ttl=30),
+        take("sync:crm-contacts", purpose="crm.tasks.sync_contacts", ttl=900),
+    ]
+    def worker():
+        locks.append(take("import:catalogue", purpose="catalogue.importer.run", ttl=120))
+    t = threading.Thread(target=worker, name="ImportWorker-2")
+    t.start(); t.join()
+    print("ready", os.getpid(), flush=True)
+    sys.stdin.read()
+    """
+)
+
+
+@pytest.fixture
+def holder_process() -> Iterator[subprocess.Popen[str]]:
+    process = subprocess.Popen(
+        [sys.executable, "-c", HOLDER],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"},
+    )
+    try:
+        line = process.stdout.readline() if process.stdout else ""
+        assert line.startswith("ready"), f"the holder process did not start: {line!r}"
+        yield process
+    finally:
+        if process.stdin:
+            process.stdin.close()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        if process.stdout:
+            process.stdout.close()
+
+
+@pytest.fixture
+def browser() -> Iterator[object]:
+    webdriver = pytest.importorskip("selenium.webdriver")
+    from selenium.webdriver.chrome.service import Service
+
+    profile = tempfile.mkdtemp(prefix="redislock-chromium-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for argument in [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-dev-shm-usage",
+        f"--user-data-dir={profile}",
+        "--window-size=1280,800",
+        "--force-device-scale-factor=1",
+    ]:
+        options.add_argument(argument)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.implicitly_wait(5)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def test_release_a_lock_held_by_another_process(
+    live_server, django_user_model, holder_process, browser
+):
+    from selenium.webdriver.common.by import By
+
+    django_user_model.objects.create_superuser("admin", "admin@example.com", "secret-pw")
+    holder_pid = holder_process.pid
+
+    browser.get(f"{live_server.url}/admin/login/?next=/admin/")
+    browser.find_element(By.NAME, "username").send_keys("admin")
+    browser.find_element(By.NAME, "password").send_keys("secret-pw")
+    browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+
+    browser.find_element(By.LINK_TEXT, "Held locks").click()
+    assert browser.find_element(By.TAG_NAME, "h1").text == "Held locks"
+    table = browser.find_element(By.ID, "result_list").text
+    for name in ["report:nightly-sales", "invoice:2024-00042", "sync:crm-contacts"]:
+        assert name in table
+    assert f"pid {holder_pid}" in table and "ImportWorker-2" in table
+    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+    browser.save_screenshot(str(SCREENSHOT))
+
+    # A phone-width window: the table scrolls inside its box, the page does not.
+    browser.set_window_size(390, 844)
+    browser.refresh()
+    page_width = browser.execute_script("return document.documentElement.scrollWidth")
+    assert page_width <= 400, f"the page is {page_width}px wide on a phone"
+    browser.save_screenshot(str(Path(tempfile.gettempdir()) / "admin-held-locks-phone.png"))
+    browser.set_window_size(1280, 800)
+    # Dark mode (the admin's theme toggle stores its choice in localStorage).
+    browser.execute_script("localStorage.setItem('theme', 'dark')")
+    browser.refresh()
+    assert browser.execute_script("return document.documentElement.dataset.theme") == "dark"
+    browser.save_screenshot(str(Path(tempfile.gettempdir()) / "admin-held-locks-dark.png"))
+    browser.execute_script("localStorage.setItem('theme', 'auto')")
+
+    browser.find_element(By.LINK_TEXT, "sync:crm-contacts").click()
+    assert "crm.tasks.sync_contacts" in browser.find_element(By.ID, "content-main").text
+    browser.find_element(By.LINK_TEXT, "Force-release").click()
+    assert "Are you sure" in browser.find_element(By.ID, "content").text
+    browser.find_element(By.CSS_SELECTOR, "input[type=submit][value^='Yes']").click()
+
+    messages = browser.find_element(By.CSS_SELECTOR, "ul.messagelist").text
+    assert "“sync:crm-contacts” was force-released" in messages
+    table = browser.find_element(By.ID, "result_list").text
+    assert "sync:crm-contacts" not in table and "report:nightly-sales" in table
+    assert lock_info("sync:crm-contacts") is None
+    assert lock_info("report:nightly-sales") is not None
