@@ -1,0 +1,687 @@
+"""Redlock: one lock over several independent Redis primaries, with fences that grow.
+
+Each step (acquire, fence write-back, extend, release, the queries) is sent to
+every node at once and the replies are gathered: the node calls are asyncio
+tasks on ``redis.asyncio`` clients, run in the caller's event loop for the
+``a``-methods and, for the sync methods, in ONE long-lived background event
+loop thread per process (created on first use, replaced after ``fork``). Every
+node call has its own timeout, a small fraction of the TTL (``node_timeout``),
+so a frozen node costs one timeout, never a socket timeout, and never blocks
+the other nodes.
+
+Acquire (one attempt; :class:`~django_redislock.lock.BaseLock` does the
+waiting and retrying):
+
+1. ``started`` = monotonic clock before the first send; every node runs the
+   single-node acquire script (``SET NX PX`` + ``INCR`` of the node's fence
+   counter + metadata) with a token fresh for this attempt.
+2. A majority granted? fence = the highest counter among the grants. Every
+   granted node whose counter is already that high needs nothing more; if they
+   are fewer than a majority, the fence is written back
+   (``counter = max(counter, fence)`` where our token still holds,
+   ``fence_raise.lua``) until a majority holds it.
+3. validity = ttl - elapsed - (ttl * 0.01 + 2 ms) must be > 0; the holder may
+   trust the lock until ``started + ttl - drift`` (``lock.valid_until``).
+4. Otherwise: compare-and-delete on every node (also those that did not
+   answer), each queued behind that node's own earlier call so it cannot
+   overtake it, then report the holder's TTL (or a short random delay after a
+   split vote) so the caller retries. Fewer than a majority answering raises
+   :class:`LockBackendUnavailable` naming the nodes that did not.
+
+See ``docs/redlock.md`` for why the fences strictly grow and what Redlock does
+not guarantee.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import os
+import random
+import threading
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any
+
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+from . import lock as lock_module
+from .conf import get_config
+from .connection import async_lock_client
+from .exceptions import LockBackendUnavailable, LockConfigurationError, RedisLockError
+from .holder import holder_fields
+from .keys import LockKeys, validate_seconds, validate_ttl
+from .lock import UNREACHABLE, BaseLock, new_token
+from .scripts import ACQUIRE, EXTEND, FENCE_RAISE, RELEASE
+
+logger = logging.getLogger("django_redislock.redlock")
+acquire_logger = lock_module.acquire_logger
+
+#: validity = ttl - elapsed - (ttl * DRIFT_FACTOR + DRIFT_FIXED)
+DRIFT_FACTOR = 0.01
+DRIFT_FIXED = 0.002
+#: Default per-node timeout: this fraction of the TTL, clamped to the bounds below.
+NODE_TIMEOUT_FRACTION = 0.1
+NODE_TIMEOUT_MIN = 0.005
+NODE_TIMEOUT_MAX = 0.25
+
+
+def clock_drift(ttl: float) -> float:
+    """Seconds of clock drift allowed for a lock of ``ttl`` seconds."""
+    return ttl * DRIFT_FACTOR + DRIFT_FIXED
+
+
+def default_node_timeout(ttl: float) -> float:
+    """The per-node timeout used when none is given: ttl/10 within 5..250 ms."""
+    return min(max(ttl * NODE_TIMEOUT_FRACTION, NODE_TIMEOUT_MIN), NODE_TIMEOUT_MAX)
+
+
+def _clock() -> float:
+    return lock_module.clock()
+
+
+# -- the background event loop of the sync methods ------------------------------------
+class _LoopThread:
+    """One daemon thread running an event loop for the sync Redlock methods."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.loop = asyncio.new_event_loop()
+        ready = threading.Event()
+        self.thread = threading.Thread(
+            target=self._run, args=(ready,), name="redislock-redlock", daemon=True
+        )
+        self.thread.start()
+        ready.wait()
+
+    def _run(self, ready: threading.Event) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.call_soon(ready.set)
+        self.loop.run_forever()
+
+    def submit(self, coro: Awaitable[Any]) -> concurrent.futures.Future[Any]:
+        if threading.current_thread() is self.thread:
+            raise RuntimeError("sync Redlock methods cannot be called from the Redlock loop")
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)  # type: ignore[arg-type]
+
+
+_runner: _LoopThread | None = None
+_runner_lock = threading.Lock()
+
+
+def _background() -> _LoopThread:
+    global _runner
+    runner = _runner
+    if runner is not None and runner.pid == os.getpid():
+        return runner
+    with _runner_lock:
+        if _runner is None or _runner.pid != os.getpid():
+            _runner = _LoopThread()
+        return _runner
+
+
+def _run_sync(coro: Awaitable[Any]) -> Any:
+    return _background().submit(coro).result()
+
+
+def _reset_after_fork() -> None:
+    # The child has no loop thread: the next sync call starts a new one.
+    global _runner, _runner_lock
+    _runner = None
+    _loop_clients.clear()
+    _runner_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
+
+# Strong references to node calls nobody awaits any more (stragglers).
+_tasks: set[asyncio.Future[Any]] = set()
+
+
+def _keep(task: asyncio.Future[Any]) -> None:
+    _tasks.add(task)
+    task.add_done_callback(_tasks.discard)
+
+
+# -- node calls and scatter/gather ----------------------------------------------------
+NodeOp = Callable[[Any], Awaitable[Any]]
+
+
+async def _node_call(
+    alias: str, op: NodeOp, timeout: float, after: asyncio.Future[Any] | None
+) -> Any:
+    """Run ``op(client)`` on one node within ``timeout``, after its previous call ended.
+
+    Queuing behind ``after`` (this lock's previous call on the same node) keeps a
+    compare-and-delete from overtaking the acquire it cleans up after.
+    """
+    if after is not None and not after.done():
+        try:
+            same_loop = after.get_loop() is asyncio.get_running_loop()
+        except AttributeError:  # pragma: no cover - not an asyncio future
+            same_loop = False
+        if same_loop:
+            await asyncio.wait({after})  # bounded: it has its own timeout
+    client = await async_lock_client(alias)
+    runner = _runner
+    if runner is not None and client not in _loop_clients and runner.loop is _running_loop():
+        _loop_clients.add(client)
+    return await asyncio.wait_for(op(client), timeout)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop:
+    return asyncio.get_running_loop()
+
+
+# The clients the background loop used: closed there when the settings change
+# (connection.reset_clients forgets them without closing their sockets).
+_loop_clients: set[Any] = set()
+
+
+async def _disconnect(clients: list[Any]) -> None:
+    for client in clients:
+        with contextlib.suppress(Exception):
+            await client.connection_pool.disconnect()
+
+
+@receiver(setting_changed)
+def _settings_changed(*, setting: str, **kwargs: Any) -> None:
+    runner = _runner
+    if setting not in ("CACHES", "REDISLOCK") or runner is None or runner.pid != os.getpid():
+        return
+    clients = list(_loop_clients)
+    _loop_clients.clear()
+    if clients:
+        future = asyncio.run_coroutine_threadsafe(_disconnect(clients), runner.loop)
+        with contextlib.suppress(Exception):
+            future.result(timeout=2)
+
+
+async def _capture(coro: Awaitable[Any]) -> Any:
+    """The result, or the exception as a value (a node's failure is data here)."""
+    try:
+        return await coro
+    except Exception as exc:
+        return exc
+
+
+def _outcome(task: asyncio.Future[Any]) -> Any:
+    if task.cancelled():
+        return asyncio.CancelledError()
+    return task.result()
+
+
+def _failed(result: Any) -> bool:
+    return isinstance(result, BaseException)
+
+
+async def _scatter(
+    aliases: Iterable[str],
+    op: NodeOp,
+    timeout: float,
+    inflight: dict[str, asyncio.Future[Any]] | None,
+    enough: Callable[[dict[str, Any]], bool] | None = None,
+) -> tuple[dict[str, Any], dict[str, asyncio.Future[Any]]]:
+    """Send ``op`` to every alias at once; gather replies until ``enough`` says so.
+
+    Returns (results so far by alias, every task by alias). Tasks still running
+    go on in the background (their own timeout bounds them).
+    """
+    tasks: dict[str, asyncio.Future[Any]] = {}
+    for alias in aliases:
+        after = inflight.get(alias) if inflight is not None else None
+        task = asyncio.ensure_future(_capture(_node_call(alias, op, timeout, after)))
+        _keep(task)
+        if inflight is not None:
+            inflight[alias] = task
+        tasks[alias] = task
+    owner = {task: alias for alias, task in tasks.items()}
+    results: dict[str, Any] = {}
+    pending = set(tasks.values())
+    while pending and not (enough is not None and enough(results)):
+        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            results[owner[task]] = _outcome(task)
+    for result in results.values():
+        if isinstance(result, LockConfigurationError):
+            raise result
+    return results, tasks
+
+
+def _script_op(script: Any, keys: Sequence[str], args: Sequence[Any]) -> NodeOp:
+    def op(client: Any) -> Awaitable[Any]:
+        return script.acall(client, keys, args)
+
+    return op
+
+
+def _count(results: dict[str, Any], value: Any) -> int:
+    return sum(1 for r in results.values() if not _failed(r) and r == value)
+
+
+def _first_error(results: dict[str, Any]) -> BaseException | None:
+    return next((r for r in results.values() if _failed(r)), None)
+
+
+def _describe(exc: BaseException | None) -> str:
+    if exc is None:
+        return "no answer"
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+async def _release_on(
+    aliases: Sequence[str],
+    keys: LockKeys,
+    token: str,
+    timeout: float,
+    inflight: dict[str, asyncio.Future[Any]] | None,
+    quorum: int,
+) -> tuple[int, dict[str, Any]]:
+    """Compare-and-delete ``token`` on every node; (released count, results)."""
+    fails_allowed = len(aliases) - quorum
+
+    def enough(results: dict[str, Any]) -> bool:
+        return _count(results, 1) >= quorum or _count(results, 0) > fails_allowed
+
+    op = _script_op(RELEASE, [keys.key, keys.meta], [token, keys.channel])
+    results, _ = await _scatter(aliases, op, timeout, inflight, enough)
+    return _count(results, 1), results
+
+
+class Redlock(BaseLock):
+    """A lock held on a majority of independent Redis primaries (django-redis aliases).
+
+    Same surface as :class:`~django_redislock.Lock` (sync and async, ``with`` /
+    ``async with``, ``extend``, ``owned``, ``locked``, ``remaining``, ``token``,
+    ``fence``, ``lost``, watchdog). ``connections``: an odd number (>= 3) of
+    cache aliases, default ``REDISLOCK["REDLOCK_CONNECTIONS"]``. ``node_timeout``:
+    seconds one node may take to answer one step (default ttl/10 within
+    5..250 ms). See ``docs/redlock.md``.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        connections: Sequence[str] | None = None,
+        ttl: float | None = None,
+        timeout: float | None = None,
+        blocking: bool = True,
+        watchdog: bool | None = None,
+        fencing: bool = True,
+        purpose: str | None = None,
+        on_lost: Callable[[Any], Any] | None = None,
+        max_hold: float | None = None,
+        node_timeout: float | None = None,
+    ) -> None:
+        super().__init__(
+            name,
+            ttl=ttl,
+            timeout=timeout,
+            blocking=blocking,
+            watchdog=watchdog,
+            fencing=fencing,
+            purpose=purpose,
+            on_lost=on_lost,
+            max_hold=max_hold,
+        )
+        self.connections: tuple[str, ...] = _validate_connections(
+            get_config()["REDLOCK_CONNECTIONS"] if connections is None else connections
+        )
+        #: How many nodes make a majority.
+        self.quorum = len(self.connections) // 2 + 1
+        self.node_timeout = (
+            default_node_timeout(self.ttl)
+            if node_timeout is None
+            else validate_seconds(node_timeout, "node_timeout", allow_zero=False)
+        )
+        self.drift = clock_drift(self.ttl)
+        # This object's last call per node, so the next one queues behind it.
+        self._inflight: dict[str, asyncio.Future[Any]] = {}
+        # (base token of the acquire call, token of its current attempt, jitter before retry)
+        self._attempt: tuple[str, str, float] | None = None
+
+    # -- validity -------------------------------------------------------------------
+    def _validity(self, started: float) -> float:
+        """Redlock validity from ``started`` (before the first send): ttl - drift."""
+        return self.ttl - self.drift
+
+    def _took(self, token: str, fence: int, started: float, *, in_loop: bool = False) -> None:
+        # Each attempt writes its own token (so a late cleanup of one attempt can never
+        # delete the next one's key): the winning attempt's token is the lock's token.
+        attempt = self._attempt
+        if attempt is not None and attempt[0] == token:
+            token = attempt[1]
+        self._attempt = None
+        super()._took(token, fence, started, in_loop=in_loop)
+
+    def extend(self, ttl: float | None = None) -> None:
+        """Reset the TTL on a majority of nodes (``LockNotOwned`` if that fails)."""
+        super().extend(ttl)
+        self._subtract_drift(ttl)
+
+    async def aextend(self, ttl: float | None = None) -> None:
+        """Async twin of :meth:`extend`."""
+        await super().aextend(ttl)
+        self._subtract_drift(ttl)
+
+    def _subtract_drift(self, ttl: float | None) -> None:
+        # BaseLock set valid_until = started + ttl; a Redlock may trust ttl - drift.
+        seconds = self.ttl if ttl is None else validate_ttl(ttl) / 1000
+        if self.valid_until is not None:
+            self.valid_until -= clock_drift(seconds)
+
+    # -- hooks: acquire ---------------------------------------------------------------
+    def _acquire_call(self, base_token: str) -> tuple[str, list[Any], float]:
+        """(attempt token, script args, jitter to sleep first), built in the caller."""
+        previous = self._attempt
+        jitter = previous[2] if previous is not None and previous[0] == base_token else 0.0
+        token = new_token()
+        self._attempt = (base_token, token, 0.0)
+        args: list[Any] = [token, self._ttl_ms, "1" if self.fencing else "0"]
+        args += holder_fields(self.purpose, self.watchdog, self._ttl_ms)
+        args += ["redlock", len(self.connections)]
+        return token, args, jitter
+
+    def _do_acquire(self, token: str) -> tuple[bool, int]:
+        attempt, args, jitter = self._acquire_call(token)
+        future = _background().submit(self._try_acquire(token, attempt, args, jitter))
+        try:
+            return future.result()
+        except BaseException:
+            if not future.done():  # interrupted (KeyboardInterrupt...): undo it when it ends
+                future.add_done_callback(self._cleanup_when_done(attempt))
+            raise
+
+    def _cleanup_when_done(self, attempt: str) -> Callable[[Any], None]:
+        def callback(future: Any) -> None:
+            runner = _background()
+            asyncio.run_coroutine_threadsafe(self._cleanup(attempt), runner.loop)
+
+        return callback
+
+    async def _ado_acquire(self, token: str) -> tuple[bool, int]:
+        attempt, args, jitter = self._acquire_call(token)
+        return await self._try_acquire(token, attempt, args, jitter)
+
+    async def _try_acquire(
+        self, base_token: str, token: str, args: list[Any], jitter: float
+    ) -> tuple[bool, int]:
+        if jitter > 0:
+            await asyncio.sleep(jitter)
+        quorum, total = self.quorum, len(self.connections)
+        keys = [self.keys.key, self.keys.fence, self.keys.meta]
+
+        def enough(results: dict[str, Any]) -> bool:
+            granted = sum(1 for r in results.values() if _granted(r))
+            return granted >= quorum or len(results) - granted > total - quorum
+
+        started = _clock()
+        results, tasks = await _scatter(
+            self.connections, _script_op(ACQUIRE, keys, args), self.node_timeout,
+            self._inflight, enough,
+        )  # fmt: skip
+        grants = {alias: int(r[1]) for alias, r in results.items() if _granted(r)}
+        fence = 0
+        if len(grants) >= quorum:
+            written = True
+            if self.fencing:
+                fence = max(grants.values())
+                written = await self._write_back(token, fence, grants)
+            if written and _clock() - started < self.ttl - self.drift:
+                return True, fence
+            acquire_logger.debug(
+                "Redlock %r: majority granted but %s", self.name,
+                "the fence write-back failed" if not written else "no validity left",
+            )  # fmt: skip
+        # Failed: delete our token everywhere, each delete queued behind that node's call.
+        await self._cleanup(token)
+        final = {alias: _outcome(task) for alias, task in tasks.items()}
+        answered = [alias for alias, r in final.items() if not _failed(r)]
+        if len(answered) < quorum:
+            self._attempt = None
+            missing = [alias for alias in self.connections if alias not in answered]
+            errors = {alias: final[alias] for alias in missing}
+            raise LockBackendUnavailable(
+                f"Redlock {self.name!r}: only {len(answered)} of {total} nodes answered, "
+                f"{quorum} needed; unreachable: "
+                + ", ".join(f"{alias} ({_describe(errors[alias])})" for alias in missing),
+                lock_name=self.name,
+                aliases=missing,
+            ) from _first_error(errors)
+        held = sorted(
+            int(r[1]) for r in final.values() if not _failed(r) and not _granted(r) and r[1] > 0
+        )
+        if len(held) >= quorum:
+            return False, held[0]  # a holder has a majority: wait for it
+        # A split vote (or no validity left): retry soon, after a random delay so that
+        # competing clients do not collide again.
+        elapsed = _clock() - started
+        spread = min(max(3 * elapsed, 0.001), self.ttl / 10)
+        self._attempt = (base_token, token, random.uniform(0, spread))
+        return False, max(1, round(spread * 1000))
+
+    async def _write_back(self, token: str, fence: int, grants: dict[str, int]) -> bool:
+        """Make counter >= fence hold on a majority of nodes where our token holds."""
+        lagging = [alias for alias, counter in grants.items() if counter < fence]
+        need = self.quorum - (len(grants) - len(lagging))
+        if not lagging:
+            return need <= 0
+        keys = [self.keys.key, self.keys.fence, self.keys.meta]
+        op = _script_op(FENCE_RAISE, keys, [token, fence])
+        if need <= 0:
+            # Already held on a majority: raise the others too, without waiting.
+            await _scatter(lagging, op, self.node_timeout, self._inflight, lambda r: True)
+            return True
+
+        def enough(results: dict[str, Any]) -> bool:
+            ok = _count(results, 1)
+            return ok >= need or len(results) - ok > len(lagging) - need
+
+        results, _ = await _scatter(lagging, op, self.node_timeout, self._inflight, enough)
+        return _count(results, 1) >= need
+
+    async def _cleanup(self, token: str) -> None:
+        op = _script_op(RELEASE, [self.keys.key, self.keys.meta], [token, self.keys.channel])
+        results, _ = await _scatter(self.connections, op, self.node_timeout, self._inflight)
+        failed = [alias for alias, r in results.items() if _failed(r)]
+        if failed:
+            acquire_logger.info(
+                "Redlock %r: could not clean up on %s (the key expires in %.3fs)",
+                self.name, ", ".join(failed), self.ttl,
+            )  # fmt: skip
+
+    def _attempt_token(self, base_token: str) -> str:
+        attempt = self._attempt
+        if attempt is not None and attempt[0] == base_token:
+            return attempt[1]
+        return base_token
+
+    def _do_cleanup(self, token: str) -> None:
+        _run_sync(self._cleanup(self._attempt_token(token)))
+
+    async def _ado_cleanup(self, token: str) -> None:
+        await self._cleanup(self._attempt_token(token))
+
+    # -- hooks: release and extend -----------------------------------------------------
+    async def _release(self, token: str) -> bool:
+        released, results = await _release_on(
+            self.connections, self.keys, token, self.node_timeout, self._inflight, self.quorum
+        )
+        if released >= self.quorum:
+            return True
+        self._raise_if_too_few(results, "release")
+        return False
+
+    async def _extend(self, token: str, ttl_ms: int) -> bool:
+        quorum, total = self.quorum, len(self.connections)
+
+        def enough(results: dict[str, Any]) -> bool:
+            return _count(results, 1) >= quorum or _count(results, 0) > total - quorum
+
+        op = _script_op(EXTEND, [self.keys.key, self.keys.meta], [token, ttl_ms])
+        started = _clock()
+        results, _ = await _scatter(self.connections, op, self.node_timeout, self._inflight, enough)
+        if _count(results, 1) >= quorum:
+            ttl = ttl_ms / 1000
+            return _clock() - started < ttl - clock_drift(ttl)
+        self._raise_if_too_few(results, "extend")
+        return False
+
+    def _raise_if_too_few(self, results: dict[str, Any], action: str) -> None:
+        answered = [alias for alias, r in results.items() if not _failed(r)]
+        if _count(results, 0) > len(self.connections) - self.quorum:
+            return  # a majority says "not yours": LockNotOwned, not unavailable
+        if len(answered) < self.quorum:
+            missing = [alias for alias in self.connections if alias not in answered]
+            raise LockBackendUnavailable(
+                f"Redlock {self.name!r}: could not {action} on a majority; only "
+                f"{len(answered)} of {len(self.connections)} nodes answered; unreachable: "
+                + ", ".join(f"{alias} ({_describe(results.get(alias))})" for alias in missing),
+                lock_name=self.name,
+                aliases=missing,
+            ) from _first_error(results)
+
+    def _do_release(self, token: str) -> bool:
+        return bool(_run_sync(self._release(token)))
+
+    async def _ado_release(self, token: str) -> bool:
+        return await self._release(token)
+
+    def _do_extend(self, token: str, ttl_ms: int) -> bool:
+        return bool(_run_sync(self._extend(token, ttl_ms)))
+
+    async def _ado_extend(self, token: str, ttl_ms: int) -> bool:
+        return await self._extend(token, ttl_ms)
+
+    def _orphan_release(self, token: str) -> Callable[[], Any]:
+        aliases, keys, timeout, quorum = self.connections, self.keys, self.node_timeout, self.quorum
+
+        def release() -> Any:
+            released, _ = _run_sync(_release_on(aliases, keys, token, timeout, None, quorum))
+            return released >= quorum
+
+        return release
+
+    def _backend_error(self, exc: BaseException) -> RedisLockError:
+        if isinstance(exc, RedisLockError):
+            return exc
+        if isinstance(exc, UNREACHABLE):
+            return LockBackendUnavailable(
+                f"Redlock {self.name!r}: Redis unavailable: {exc}",
+                lock_name=self.name,
+                aliases=self.connections,
+            )
+        return RedisLockError(f"Redlock {self.name!r}: Redis refused a command: {exc}")
+
+    def _wake_alias(self) -> str | None:
+        # Every node publishes on release; one subscription (the first node) is enough,
+        # and waits stay bounded by the holder's TTL if that node is down.
+        return self.connections[0] if get_config()["PUBSUB_WAKEUP"] else None
+
+    # -- queries (majority semantics) ---------------------------------------------------
+    async def _state(self) -> dict[str, tuple[str | None, int]]:
+        """(token, pttl ms) per node that answered; LockBackendUnavailable below a majority."""
+        key = self.key
+
+        async def op(client: Any) -> Any:
+            pipe = client.pipeline(transaction=True)
+            pipe.get(key)
+            pipe.pttl(key)
+            return await pipe.execute()
+
+        results, _ = await _scatter(self.connections, op, self.node_timeout, None)
+        state = {
+            alias: (None if r[0] is None else r[0].decode(), int(r[1]))
+            for alias, r in results.items()
+            if not _failed(r)
+        }
+        if len(state) < self.quorum:
+            self._raise_if_too_few(results, "query")
+        return state
+
+    def _majority_holder(self, state: dict[str, tuple[str | None, int]]) -> tuple[str, int] | None:
+        """(token, ms until fewer than a majority of nodes hold it) or None."""
+        by_token: dict[str, list[int]] = {}
+        for token, pttl in state.values():
+            if token is not None:
+                by_token.setdefault(token, []).append(pttl)
+        for token, pttls in by_token.items():
+            if len(pttls) >= self.quorum:
+                pttls.sort(reverse=True)
+                return token, pttls[self.quorum - 1]
+        return None
+
+    def _owned_in(self, state: dict[str, tuple[str | None, int]]) -> bool:
+        holder = self._majority_holder(state)
+        return holder is not None and holder[0] == self.token and not self.lost
+
+    def _may_own(self) -> bool:
+        return self.token is not None and self._owner_pid == os.getpid()
+
+    def locked(self) -> bool:
+        """True if one token holds the lock on a majority of the nodes."""
+        return self._majority_holder(_run_sync(self._state())) is not None
+
+    def owned(self) -> bool:
+        """True if this object's token holds a majority and its validity has not run out."""
+        return self._may_own() and self._owned_in(_run_sync(self._state()))
+
+    def remaining(self) -> float | None:
+        """Seconds until fewer than a majority of nodes hold the lock, or ``None`` if free.
+
+        Raw TTL, without the clock-drift margin (see ``valid_until`` for that).
+        """
+        return _seconds(self._majority_holder(_run_sync(self._state())))
+
+    async def alocked(self) -> bool:
+        """Async twin of :meth:`locked`."""
+        return self._majority_holder(await self._state()) is not None
+
+    async def aowned(self) -> bool:
+        """Async twin of :meth:`owned`."""
+        return self._may_own() and self._owned_in(await self._state())
+
+    async def aremaining(self) -> float | None:
+        """Async twin of :meth:`remaining`."""
+        return _seconds(self._majority_holder(await self._state()))
+
+    def __repr__(self) -> str:
+        state = "held" if self.token else "not held"
+        return f"<Redlock {self.name!r} on {len(self.connections)} nodes {state}>"
+
+
+def _granted(result: Any) -> bool:
+    return not _failed(result) and int(result[0]) == 1
+
+
+def _seconds(holder: tuple[str, int] | None) -> float | None:
+    if holder is None or holder[1] < 0:
+        return None
+    return holder[1] / 1000
+
+
+def _validate_connections(connections: object) -> tuple[str, ...]:
+    if isinstance(connections, str) or not isinstance(connections, (list, tuple)):
+        raise ValueError(
+            f"Redlock connections must be a list of cache aliases, not {connections!r}"
+        )
+    aliases = tuple(connections)
+    for alias in aliases:
+        if not isinstance(alias, str) or not alias:
+            raise ValueError(f"Redlock connections must be cache aliases (str), not {alias!r}")
+    if len(set(aliases)) != len(aliases):
+        raise ValueError(f"Redlock connections must be distinct: {list(aliases)!r}")
+    if len(aliases) < 3 or len(aliases) % 2 == 0:
+        raise ValueError(
+            f"Redlock needs an odd number (>= 3) of independent nodes, got {len(aliases)}: "
+            f"{list(aliases)!r} (set REDISLOCK['REDLOCK_CONNECTIONS'] or pass connections=...)"
+        )
+    return aliases
+
+
+__all__ = ["Redlock", "clock_drift", "default_node_timeout"]

@@ -1,0 +1,389 @@
+"""Redlock on 3 and 5 private real servers: majorities, faults, fences, crash-restart."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import multiprocessing
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from django_redislock import LockBackendUnavailable, LockNotAcquired, LockNotOwned, Redlock
+from django_redislock import lock as lock_module
+from django_redislock.redlock import clock_drift
+from tests.servers import FaultProxy, RedisServer
+
+PREFIX = "redislock"
+
+
+def key(name: str) -> str:
+    return f"{PREFIX}:{{{name}}}"
+
+
+def wait_until(predicate, timeout=3.0, interval=0.005):
+    """Poll a state with no event to await (a key in Redis), within a bound."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
+
+
+@dataclass
+class Cluster:
+    servers: list[RedisServer]
+    aliases: list[str]
+    proxies: dict[int, FaultProxy] = field(default_factory=dict)
+    clients: list[Any] = field(default_factory=list)
+
+    def values(self, name: str, nodes: range | list[int] | None = None) -> list[bytes | None]:
+        """The lock key on each node (or on ``nodes``), read directly (around any proxy)."""
+        indexes = range(len(self.clients)) if nodes is None else nodes
+        return [self.clients[i].get(key(name)) for i in indexes]
+
+    def counters(self, name: str) -> list[int]:
+        return [int(client.get(key(name) + ":fence") or 0) for client in self.clients]
+
+    def holders(self, name: str) -> int:
+        return sum(value is not None for value in self.values(name))
+
+    def heal(self) -> None:
+        for server in self.servers:
+            if server.paused:
+                server.resume()
+
+
+@pytest.fixture
+def cluster(make_server, make_proxy, settings):
+    """``cluster(n, proxied=(i, ...))``: n private servers as aliases rl0..rl{n-1}."""
+    made: list[Cluster] = []
+
+    def start(n: int, proxied: tuple[int, ...] = ()) -> Cluster:
+        servers = [make_server() for _ in range(n)]
+        proxies = {i: make_proxy(servers[i]) for i in proxied}
+        aliases = [f"rl{i}" for i in range(n)]
+        caches = dict(settings.CACHES)
+        for i, alias in enumerate(aliases):
+            url = proxies[i].url if i in proxies else servers[i].url
+            caches[alias] = {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": url}
+        settings.CACHES = caches
+        settings.REDISLOCK = {**settings.REDISLOCK, "REDLOCK_CONNECTIONS": aliases}
+        c = Cluster(servers, aliases, proxies, [s.client(socket_timeout=5) for s in servers])
+        made.append(c)
+        return c
+
+    yield start
+    for c in made:
+        c.heal()
+        for client in c.clients:
+            client.close()
+
+
+# -- construction ---------------------------------------------------------------------
+@pytest.mark.parametrize("connections", [["a"], ["a", "b"], ["a", "b", "c", "d"], "abc", []])
+def test_needs_an_odd_number_of_at_least_three_nodes(connections):
+    with pytest.raises(ValueError):
+        Redlock("x", connections=connections)
+
+
+def test_rejects_duplicate_nodes():
+    with pytest.raises(ValueError, match="distinct"):
+        Redlock("x", connections=["a", "a", "b"])
+
+
+def test_default_connections_come_from_settings(cluster):
+    c = cluster(3)
+    lock = Redlock("defaults", ttl=2)
+    assert lock.connections == tuple(c.aliases) and lock.quorum == 2
+    assert 0.005 <= lock.node_timeout <= 0.25
+
+
+# -- the basics -----------------------------------------------------------------------
+def test_acquire_release_on_every_node(cluster):
+    c = cluster(3)
+    lock = Redlock("basic", ttl=2)
+    before = lock_module.clock()
+    assert lock.acquire(timeout=0)
+    after = lock_module.clock()
+    assert c.values("basic") == [lock.token.encode()] * 3
+    assert lock.fence == 1 and c.counters("basic") == [1, 1, 1]
+    # valid_until = start + ttl - drift, and the validity is left at return
+    drift = clock_drift(2)
+    assert before + 2 - drift <= lock.valid_until <= after + 2 - drift
+    assert lock.owned() and lock.locked() and 1.9 < lock.remaining() <= 2
+    other = Redlock("basic", ttl=2)
+    assert not other.acquire(timeout=0)
+    assert other.locked() and not other.owned()
+    assert other.last_holder_ttl is not None and other.last_holder_ttl > 1.5
+    lock.release()
+    assert c.holders("basic") == 0
+    assert not lock.locked() and lock.remaining() is None
+    with pytest.raises(LockNotOwned):
+        lock.release()
+    # the next holder's fence is higher
+    with Redlock("basic", ttl=2) as again:
+        assert again.fence == 2
+    other.acquire()
+    with pytest.raises(LockNotAcquired), Redlock("basic", ttl=2, timeout=0):
+        pass
+    other.release()
+
+
+def test_extend_needs_a_majority_and_recomputes_validity(cluster):
+    c = cluster(3)
+    lock = Redlock("ext", ttl=1)
+    lock.acquire()
+    before = lock_module.clock()
+    lock.extend(3)
+    assert lock.valid_until >= before + 3 - clock_drift(3)
+    assert all(client.pttl(key("ext")) > 2000 for client in c.clients)
+    # token gone on 2 of 3 nodes: no majority, LockNotOwned
+    c.clients[0].delete(key("ext"))
+    c.clients[1].delete(key("ext"))
+    with pytest.raises(LockNotOwned):
+        lock.extend()
+    assert not lock.owned()
+
+
+def test_fencing_off(cluster):
+    c = cluster(3)
+    with Redlock("nofence", ttl=1, fencing=False) as lock:
+        assert lock.fence is None
+    assert c.counters("nofence") == [0, 0, 0]
+
+
+# -- faults ---------------------------------------------------------------------------
+def test_one_of_three_frozen_still_acquires(cluster):
+    c = cluster(3)
+    c.servers[2].pause()
+    lock = Redlock("one-frozen", ttl=1)
+    t0 = time.monotonic()
+    assert lock.acquire(timeout=0)
+    # a majority answered: no need to wait for the frozen node's timeout
+    assert time.monotonic() - t0 < lock.node_timeout + 0.5
+    assert c.values("one-frozen", [0, 1]) == [lock.token.encode()] * 2
+    assert lock.owned()
+    lock.release()
+    assert c.values("one-frozen", [0, 1]) == [None, None]
+
+
+def test_two_of_three_frozen_is_backend_unavailable_and_leaves_nothing(cluster):
+    c = cluster(3)
+    c.servers[1].pause()
+    c.servers[2].pause()
+    lock = Redlock("two-frozen", ttl=1)
+    with pytest.raises(LockBackendUnavailable) as info:
+        lock.acquire(timeout=0)
+    assert set(info.value.aliases) == {"rl1", "rl2"}
+    assert "rl1" in str(info.value) and "rl2" in str(info.value)
+    assert info.value.__cause__ is not None
+    assert lock.token is None
+    # the live node keeps no token of ours (bounded poll: 100 ms)
+    assert wait_until(lambda: c.clients[0].get(key("two-frozen")) is None, timeout=0.1)
+
+
+def test_dropped_replies_leave_no_token(cluster):
+    c = cluster(3, proxied=(1,))
+    c.clients[0].set(key("dropped"), b"someone-else", px=60000)
+    c.proxies[1].drop_replies(True)
+    lock = Redlock("dropped", ttl=5, node_timeout=0.05)
+    assert not lock.acquire(timeout=0)
+    # the acquire reached node 1 (its reply did not): the cleanup deleted it there too
+    assert wait_until(lambda: c.values("dropped")[1:] == [None, None], timeout=1.0)
+    assert c.values("dropped")[0] == b"someone-else"
+    c.proxies[1].drop_replies(False)
+    c.proxies[1].reset()
+
+
+def test_slow_node_never_yields_a_lock_without_validity(cluster):
+    c = cluster(3, proxied=(1,))
+    c.proxies[1].delay(0.15)  # 300 ms per round trip, ttl 300 ms
+    # a) the slow node is not needed: every success has validity left
+    for _ in range(5):
+        lock = Redlock("slow-a", ttl=0.3, node_timeout=1.0)
+        assert lock.acquire(timeout=0)
+        assert lock_module.clock() < lock.valid_until and not lock.lost
+        lock.release()
+    # b) the slow node is needed for the majority: its grant comes too late
+    c.clients[0].set(key("slow-b"), b"someone-else", px=60000)
+    for node_timeout in (1.0, None):
+        lock = Redlock("slow-b", ttl=0.3, node_timeout=node_timeout)
+        assert not lock.acquire(timeout=0)
+        assert lock.token is None
+    assert wait_until(lambda: c.values("slow-b")[1:] == [None, None], timeout=2.0)
+
+
+# -- many clients -----------------------------------------------------------------------
+def test_three_processes_racing_on_three_nodes(cluster):
+    from tests.redlock_workers import race_worker
+
+    c = cluster(3)
+    urls = [s.url for s in c.servers]
+    context = multiprocessing.get_context("spawn")
+    duration = 3.0
+    with context.Pool(3) as pool:
+        start_at = time.monotonic() + 4.0  # after the workers have started
+        args = [(urls, "race", start_at, duration, 0.5, 0.005)] * 3
+        results = pool.starmap(race_worker, args)
+    sections = sorted(s for history in results for s in history)
+    assert sections, "nobody ever acquired"
+    # no two critical sections overlap
+    for (_, end, _), (start, _, _) in itertools.pairwise(sections):
+        assert end <= start
+    # fences strictly increase in acquisition order
+    fences = [f for *_, f in sections]
+    assert all(a < b for a, b in itertools.pairwise(fences))
+    # someone acquires at least once a second, every second
+    for second in range(int(duration)):
+        lo, hi = start_at + second, start_at + second + 1
+        assert any(lo <= s < hi for s, _, _ in sections), f"no acquisition in second {second}"
+    assert all(results), "a client starved for the whole run"
+
+
+# -- fences -------------------------------------------------------------------------------
+def test_fence_is_written_back_before_the_lock_counts_as_held(cluster):
+    c = cluster(3)
+    c.clients[0].set(key("wb") + ":fence", 100)
+    with Redlock("wb", ttl=1) as lock:
+        assert lock.fence == 101
+        # counter >= fence on a majority (here all three: two raised, one INCRed)
+        assert sum(n >= 101 for n in c.counters("wb")) >= 2
+        meta = [client.hget(key("wb") + ":meta", "fence") for client in c.clients]
+        assert sum(m == b"101" for m in meta) >= 2
+    # a later holder whose majority excludes node 0 still gets a higher fence
+    c.servers[0].pause()
+    with Redlock("wb", ttl=1) as later:
+        assert later.fence > 101
+
+
+def test_fences_strictly_increase_across_200_holders_with_different_majorities(cluster):
+    c = cluster(5)
+    fences, majorities = [], set()
+    paused = None
+    for round_no in range(200):
+        frozen = c.servers[round_no % 5]
+        frozen.pause()
+        if paused is not None:
+            paused.resume()
+        paused = frozen
+        lock = Redlock("fences", ttl=0.5)
+        assert lock.acquire(timeout=5), f"round {round_no}"
+        fences.append(lock.fence)
+        majorities.add(round_no % 5)
+        lock.release()
+    paused.resume()
+    assert all(a < b for a, b in itertools.pairwise(fences)), fences
+    assert len(majorities) == 5
+
+
+# -- crash and restart without persistence --------------------------------------------
+def _crash_scenario(c: Cluster, name: str, ttl: float, restart_delay: float) -> bool:
+    """A holds {0, 1}; node 1 crashes (no persistence) and comes back after ``restart_delay``;
+    B tries to take the lock meanwhile. True when B held it while A's lock was valid."""
+    c.clients[2].set(key(name), b"someone-else", px=60000)
+    a = Redlock(name, ttl=ttl)
+    assert a.acquire(timeout=0)
+    c.clients[2].delete(key(name))  # node 2 is free again, node 0 and 1 hold A
+    crashed_at = time.monotonic()
+    c.servers[1].kill()
+    if restart_delay == 0:
+        c.servers[1].restart()
+    b = Redlock(name, ttl=ttl)
+    overlap = None
+    while overlap is None:
+        late = time.monotonic() >= crashed_at + restart_delay
+        if restart_delay and late and not c.servers[1].running:
+            c.servers[1].restart()
+        try:
+            got = b.acquire(timeout=0)
+        except LockBackendUnavailable:
+            got = False
+        if got:
+            overlap = lock_module.clock() < a.valid_until  # B holds while A believes it holds
+            b.release()
+    if not c.servers[1].running:
+        c.servers[1].restart()
+    for client in c.clients:
+        client.delete(key(name))
+    return overlap
+
+
+def test_crash_restart_at_once_breaks_mutual_exclusion(cluster):
+    c = cluster(3)
+    # the documented hazard: the restarted node forgot A's key, so B wins {1, 2}
+    assert _crash_scenario(c, "crash-now", ttl=2.0, restart_delay=0)
+
+
+def test_crash_restart_after_ttl_plus_drift_never_overlaps(cluster):
+    c = cluster(3)
+    ttl = 0.2
+    overlaps = sum(
+        _crash_scenario(c, f"crash-late-{run}", ttl=ttl, restart_delay=ttl + clock_drift(ttl))
+        for run in range(20)
+    )
+    assert overlaps == 0
+
+
+# -- async ----------------------------------------------------------------------------------
+def test_async_twins(cluster):
+    c = cluster(3)
+
+    async def main():
+        lock = Redlock("async", ttl=1)
+        assert await lock.aacquire(timeout=0)
+        assert c.values("async") == [lock.token.encode()] * 3
+        assert await lock.aowned() and await lock.alocked()
+        assert 0.5 < await lock.aremaining() <= 1
+        await lock.aextend(2)
+        assert 1.5 < await lock.aremaining() <= 2
+        other = Redlock("async", ttl=1)
+        assert not await other.aacquire(timeout=0)
+        await lock.arelease()
+        assert not await lock.alocked() and await lock.aremaining() is None
+        async with Redlock("async", ttl=1) as held:
+            assert held.fence == 2 and await held.aowned()
+        c.servers[0].pause()
+        async with Redlock("async", ttl=1) as held:
+            assert held.fence == 3
+        c.servers[1].pause()
+        with pytest.raises(LockBackendUnavailable) as info:
+            await Redlock("async", ttl=1).aacquire(timeout=0)
+        assert set(info.value.aliases) == {"rl0", "rl1"}
+
+    asyncio.run(main())
+    c.heal()
+    assert wait_until(lambda: c.holders("async") == 0)
+
+
+def test_async_waiter_is_woken_by_a_release(cluster):
+    cluster(3)
+
+    async def main():
+        holder = Redlock("async-wait", ttl=5)
+        assert await holder.aacquire()
+        waiter = Redlock("async-wait", ttl=5)
+        task = asyncio.create_task(waiter.aacquire(timeout=3))
+        await asyncio.sleep(0.05)
+        assert not task.done()
+        t0 = time.monotonic()
+        await holder.arelease()
+        assert await task
+        assert time.monotonic() - t0 < 1.0
+        await waiter.arelease()
+
+    asyncio.run(main())
+
+
+def test_watchdog_keeps_a_redlock_alive(cluster):
+    c = cluster(3)
+    lock = Redlock("dog", ttl=0.3, watchdog=True)
+    lock.acquire()
+    first = lock.valid_until
+    assert wait_until(lambda: lock.valid_until > first + 0.6, timeout=5)
+    assert lock.owned() and not lock.lost
+    lock.release()
+    assert c.holders("dog") == 0
