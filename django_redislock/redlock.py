@@ -168,7 +168,13 @@ async def _node_call(
     runner = _runner
     if runner is not None and client not in _loop_clients and runner.loop is _running_loop():
         _loop_clients.add(client)
-    return await asyncio.wait_for(op(client), timeout)
+    if _timeout_cm is None:  # Python 3.10
+        return await asyncio.wait_for(op(client), timeout)
+    async with _timeout_cm(timeout):  # no extra task per call, unlike wait_for
+        return await op(client)
+
+
+_timeout_cm: Any = getattr(asyncio, "timeout", None)
 
 
 def _running_loop() -> asyncio.AbstractEventLoop:

@@ -30,25 +30,35 @@ def setup_django(urls: list[str], **redislock: Any) -> list[str]:
 
 
 def race_worker(
-    urls: list[str], name: str, start_at: float, duration: float, ttl: float, hold: float
-) -> list[tuple[float, float, int]]:
-    """Take the Redlock again and again until ``start_at + duration``.
+    urls: list[str],
+    name: str,
+    duration: float,
+    ttl: float,
+    hold: float,
+    ready: Any,
+    go: Any,
+    start_at: Any,
+    results: Any,
+) -> None:
+    """Take the Redlock again and again for ``duration`` seconds from ``start_at``.
 
-    Returns (start, end, fence) per critical section; ``start`` is taken after the
-    acquire returned and ``end`` before the release is sent (time.monotonic is
-    system-wide on Linux, so sections of different processes compare).
+    Puts a list of (start, end, fence) per critical section on ``results``; ``start`` is
+    taken after the acquire returned and ``end`` before the release is sent
+    (time.monotonic is system-wide on Linux, so sections of different processes compare).
     """
     setup_django(urls)
     from django_redislock import Redlock
 
     lock = Redlock(name, ttl=ttl)
-    lock.acquire(timeout=0)  # warm up connections and the loop thread
-    if lock.token is not None:
-        lock.release()
-    while time.monotonic() < start_at:
-        time.sleep(0.001)
+    with contextlib.suppress(Exception):  # warm up connections and the loop thread
+        if lock.acquire(timeout=0):
+            lock.release()
+    ready.wait()
+    go.wait()
+    end_at = start_at.value + duration
+    while time.monotonic() < start_at.value:
+        pass
     sections = []
-    end_at = start_at + duration
     while time.monotonic() < end_at:
         if not lock.acquire(timeout=max(0.0, end_at - time.monotonic())):
             continue
@@ -61,4 +71,4 @@ def race_worker(
         sections.append((start, end, lock.fence))
         with contextlib.suppress(Exception):  # expired meanwhile: recorded all the same
             lock.release()
-    return sections
+    results.put(sections)

@@ -109,7 +109,10 @@ def test_acquire_release_on_every_node(cluster):
     before = lock_module.clock()
     assert lock.acquire(timeout=0)
     after = lock_module.clock()
-    assert c.values("basic") == [lock.token.encode()] * 3
+    # a majority answered before acquire returned; the third node's reply may still be
+    # on its way (a step does not wait for the slowest node)
+    assert sum(v == lock.token.encode() for v in c.values("basic")) >= 2
+    assert wait_until(lambda: c.values("basic") == [lock.token.encode()] * 3)
     assert lock.fence == 1 and c.counters("basic") == [1, 1, 1]
     # valid_until = start + ttl - drift, and the validity is left at return
     drift = clock_drift(2)
@@ -225,11 +228,24 @@ def test_three_processes_racing_on_three_nodes(cluster):
     urls = [s.url for s in c.servers]
     context = multiprocessing.get_context("spawn")
     duration = 3.0
-    with context.Pool(3) as pool:
-        start_at = time.monotonic() + 4.0  # after the workers have started
-        args = [(urls, "race", start_at, duration, 0.5, 0.005)] * 3
-        results = pool.starmap(race_worker, args)
-    sections = sorted(s for history in results for s in history)
+    ready, go = context.Barrier(4), context.Barrier(4)
+    start_at, results = context.Value("d", 0.0), context.Queue()
+    args = (urls, "race", duration, 0.5, 0.005, ready, go, start_at, results)
+    workers = [context.Process(target=race_worker, args=args) for _ in range(3)]
+    for worker in workers:
+        worker.start()
+    try:
+        ready.wait(timeout=60)  # every worker has Django set up and a warm lock
+        start_at.value = time.monotonic() + 0.05
+        go.wait(timeout=10)
+        histories = [results.get(timeout=duration + 30) for _ in workers]
+    finally:
+        for worker in workers:
+            worker.join(timeout=10)
+            if worker.is_alive():
+                worker.kill()
+    begin = start_at.value
+    sections = sorted(s for history in histories for s in history)
     assert sections, "nobody ever acquired"
     # no two critical sections overlap
     for (_, end, _), (start, _, _) in itertools.pairwise(sections):
@@ -238,10 +254,14 @@ def test_three_processes_racing_on_three_nodes(cluster):
     fences = [f for *_, f in sections]
     assert all(a < b for a, b in itertools.pairwise(fences))
     # someone acquires at least once a second, every second
+    counts: list[int] = []
     for second in range(int(duration)):
-        lo, hi = start_at + second, start_at + second + 1
-        assert any(lo <= s < hi for s, _, _ in sections), f"no acquisition in second {second}"
-    assert all(results), "a client starved for the whole run"
+        lo, hi = begin + second, begin + second + 1
+        count = sum(lo <= s < hi for s, _, _ in sections)
+        assert count >= 1, f"no acquisition in second {second}"
+        counts.append(count)
+    assert all(histories), "a client starved for the whole run"
+    print(f"acquisitions per second: {counts}, per client: {[len(h) for h in histories]}")
 
 
 # -- fences -------------------------------------------------------------------------------
@@ -315,7 +335,7 @@ def _crash_scenario(c: Cluster, name: str, ttl: float, restart_delay: float) -> 
 def test_crash_restart_at_once_breaks_mutual_exclusion(cluster):
     c = cluster(3)
     # the documented hazard: the restarted node forgot A's key, so B wins {1, 2}
-    assert _crash_scenario(c, "crash-now", ttl=2.0, restart_delay=0)
+    assert _crash_scenario(c, "crash-now", ttl=10.0, restart_delay=0)
 
 
 def test_crash_restart_after_ttl_plus_drift_never_overlaps(cluster):
@@ -335,7 +355,7 @@ def test_async_twins(cluster):
     async def main():
         lock = Redlock("async", ttl=1)
         assert await lock.aacquire(timeout=0)
-        assert c.values("async") == [lock.token.encode()] * 3
+        assert sum(v == lock.token.encode() for v in c.values("async")) >= 2
         assert await lock.aowned() and await lock.alocked()
         assert 0.5 < await lock.aremaining() <= 1
         await lock.aextend(2)
