@@ -6,6 +6,26 @@ which can turn "acquired" into "not acquired" while the key holds our token, or
 hang for many seconds against a frozen server. So we build a process-wide pool
 per alias from the same connection settings (host, port, db, password, TLS,
 socket path, fakeredis server...) with retries off and our own socket timeouts.
+
+Names listed in ``REDISLOCK["CONNECTIONS"]`` are not django-redis aliases: they
+describe a server of their own, which may be a Redis Cluster (django-redis has
+no cluster client) or a Sentinel-managed primary::
+
+    REDISLOCK = {
+        "CONNECTION": "locks",
+        "CONNECTIONS": {
+            "locks": {"URL": "redis://10.0.0.1:6379", "CLUSTER": True},
+            "ha": {"SENTINELS": [("10.0.0.5", 26379), ...], "SERVICE_NAME": "mymaster"},
+            "plain": {"URL": "redis://10.0.0.9:6379/2"},
+        },
+    }
+
+``URL`` (a string, or a list of startup-node URLs for a cluster), ``CLUSTER``
+(bool), ``SENTINELS`` (``(host, port)`` pairs), ``SERVICE_NAME``, ``DB``,
+``SENTINEL_OPTIONS`` (keyword arguments for the connections to the sentinels)
+and ``OPTIONS`` (extra redis-py connection keyword arguments: ``password``,
+``ssl``...). Every client built here has retries off and the REDISLOCK socket
+timeouts, like the ones built from django-redis aliases.
 """
 
 from __future__ import annotations
@@ -14,6 +34,7 @@ import asyncio
 import contextlib
 import inspect
 import os
+import random
 import threading
 import weakref
 from functools import cache
@@ -21,13 +42,23 @@ from typing import Any
 
 import redis
 import redis.asyncio
+import redis.asyncio.cluster
+import redis.asyncio.sentinel
+import redis.sentinel
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 from redis.backoff import NoBackoff
+from redis.cluster import ClusterNode, RedisCluster
+from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 
 from .conf import get_config
 from .exceptions import LockConfigurationError
+
+#: Keys allowed in one ``REDISLOCK["CONNECTIONS"]`` entry.
+CONNECTION_KEYS = frozenset(
+    {"URL", "CLUSTER", "SENTINELS", "SERVICE_NAME", "DB", "SENTINEL_OPTIONS", "OPTIONS"}
+)
 
 _lock = threading.Lock()
 _sync_clients: dict[str, redis.Redis] = {}
@@ -91,6 +122,8 @@ def lock_client(alias: str) -> redis.Redis:
     with _lock:
         _check_fork()
         client = _sync_clients.get(alias)
+        if client is None and configured(alias) is not None:
+            client = _sync_clients[alias] = _build_configured(alias)
         if client is None:
             source = django_redis_client(alias)
             built = _lock_pool_kwargs(source)
@@ -125,7 +158,36 @@ async def async_lock_client(alias: str) -> redis.asyncio.Redis:
         closer = _close_at_loop_shutdown(per_loop)
         per_loop["__closer__"] = closer
         await closer.__anext__()  # registered with the loop's async generators
-    client = per_loop[alias] = _build_async(alias)
+    client = per_loop[alias] = (
+        _build_configured_async(alias) if configured(alias) is not None else _build_async(alias)
+    )
+    return client
+
+
+async def async_node_client(alias: str, host: str, port: int) -> redis.asyncio.Redis:
+    """A plain asyncio client on one node of cluster ``alias`` (same options, this loop).
+
+    For commands that must share one connection with the write before them
+    (``WAIT``), which the cluster client cannot pin.
+    """
+    cluster = await async_lock_client(alias)
+    per_loop = _async_clients[asyncio.get_running_loop()]
+    name = f"{alias}@{host}:{port}"
+    client = per_loop.get(name)
+    if client is None:
+        import redis.asyncio.connection as aconn
+
+        connection_class = cluster.nodes_manager.connection_kwargs.get(
+            "connection_class", aconn.Connection
+        )
+        allowed = _init_parameters(connection_class) - {"redis_connect_func"}
+        kwargs = {k: v for k, v in cluster.nodes_manager.connection_kwargs.items() if k in allowed}
+        kwargs.update(host=host, port=port, retry=redis.asyncio.retry.Retry(NoBackoff(), 0))
+        client = per_loop[name] = redis.asyncio.Redis(
+            connection_pool=redis.asyncio.ConnectionPool(
+                connection_class=connection_class, **kwargs
+            )
+        )
     return client
 
 
@@ -135,8 +197,17 @@ async def _close_at_loop_shutdown(per_loop: dict[str, Any]) -> Any:
     finally:
         for alias, client in list(per_loop.items()):
             if alias != "__closer__":
-                await client.connection_pool.disconnect()
+                with contextlib.suppress(Exception):
+                    await _aclose(client)
         per_loop.clear()
+
+
+async def _aclose(client: Any) -> None:
+    pool = getattr(client, "connection_pool", None)
+    if pool is not None:
+        await pool.disconnect()
+    else:  # the asyncio RedisCluster has no single pool
+        await client.aclose()
 
 
 def _build_async(alias: str) -> redis.asyncio.Redis:
@@ -191,14 +262,164 @@ def _init_parameters(cls: type) -> frozenset[str]:
 
 
 def pubsub_client(alias: str) -> redis.Redis:
-    """A sync client for the shared release subscriber: no read timeout."""
+    """A sync client for the shared release subscriber: no read timeout.
+
+    For a cluster, a plain client on one primary picked at random: a PUBLISH
+    (also one run by a script) reaches every node over the cluster bus, so any
+    node hears every release. If that node goes away the subscriber reconnects
+    through here and picks again.
+    """
     source = lock_client(alias)
+    if isinstance(source, RedisCluster):
+        node = random.choice(source.get_primaries() or source.get_nodes())
+        source = source.get_redis_connection(node)
     pool = source.connection_pool
     kwargs = dict(pool.connection_kwargs)
+    kwargs.pop("redis_connect_func", None)
     kwargs.update(socket_timeout=None, health_check_interval=0)
     return redis.Redis(
         connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **kwargs)
     )
+
+
+def scan_clients(alias: str) -> list[redis.Redis]:
+    """The clients to SCAN for held locks: every primary of a cluster, else the one client."""
+    client = lock_client(alias)
+    if isinstance(client, RedisCluster):
+        return [client.get_redis_connection(node) for node in client.get_primaries()]
+    return [client]
+
+
+def is_cluster(client: Any) -> bool:
+    """True for a sync or asyncio ``RedisCluster``."""
+    return isinstance(client, (RedisCluster, redis.asyncio.cluster.RedisCluster))
+
+
+# -- REDISLOCK["CONNECTIONS"] ---------------------------------------------------
+
+
+def connections_setting() -> dict[str, Any]:
+    """``REDISLOCK["CONNECTIONS"]`` (an empty dict when unset)."""
+    value = get_config().get("CONNECTIONS") or {}
+    if not isinstance(value, dict):
+        raise LockConfigurationError(
+            f"REDISLOCK['CONNECTIONS'] must be a dict of name -> options, not {value!r}"
+        )
+    return value
+
+
+def configured(name: str) -> dict[str, Any] | None:
+    """The ``REDISLOCK["CONNECTIONS"]`` entry called ``name``, validated, or None."""
+    entry = connections_setting().get(name)
+    if entry is None:
+        return None
+    problem = connection_problem(name, entry)
+    if problem:
+        raise LockConfigurationError(problem)
+    return entry
+
+
+def connection_problem(name: str, entry: Any) -> str | None:
+    """What is wrong with one CONNECTIONS entry (for the system check too), or None."""
+    where = f"REDISLOCK['CONNECTIONS'][{name!r}]"
+    if not isinstance(entry, dict):
+        return f"{where} must be a dict, not {entry!r}"
+    unknown = set(entry) - CONNECTION_KEYS
+    if unknown:
+        return f"{where} has unknown key(s) {sorted(unknown)}; known: {sorted(CONNECTION_KEYS)}"
+    if entry.get("SENTINELS"):
+        if entry.get("CLUSTER"):
+            return f"{where}: CLUSTER and SENTINELS cannot be combined"
+        if not entry.get("SERVICE_NAME"):
+            return f"{where}: SENTINELS needs SERVICE_NAME (the monitored primary's name)"
+        return None
+    url = entry.get("URL")
+    urls = url if isinstance(url, (list, tuple)) else [url]
+    if not urls or not all(isinstance(u, str) and u for u in urls):
+        return f"{where} needs a URL (or a list of URLs for a cluster), or SENTINELS"
+    if len(urls) > 1 and not entry.get("CLUSTER"):
+        return f"{where}: a list of URLs is only for CLUSTER: True"
+    if not isinstance(entry.get("OPTIONS", {}), dict):
+        return f"{where}['OPTIONS'] must be a dict of redis-py keyword arguments"
+    return None
+
+
+def _common_kwargs(entry: dict[str, Any]) -> dict[str, Any]:
+    config = get_config()
+    kwargs = dict(entry.get("OPTIONS") or {})
+    kwargs.update(
+        socket_timeout=config["SOCKET_TIMEOUT"],
+        socket_connect_timeout=config["SOCKET_CONNECT_TIMEOUT"],
+        decode_responses=False,
+    )
+    for name in ("retry", "retry_on_timeout", "retry_on_error"):
+        kwargs.pop(name, None)
+    return kwargs
+
+
+def _urls(entry: dict[str, Any]) -> list[str]:
+    url = entry["URL"]
+    return list(url) if isinstance(url, (list, tuple)) else [url]
+
+
+def _sentinel_args(entry: dict[str, Any]) -> tuple[list[tuple[str, int]], dict[str, Any]]:
+    config = get_config()
+    sentinels = [(str(host), int(port)) for host, port in entry["SENTINELS"]]
+    sentinel_kwargs = dict(entry.get("SENTINEL_OPTIONS") or {})
+    sentinel_kwargs.setdefault("socket_timeout", config["SOCKET_TIMEOUT"])
+    sentinel_kwargs.setdefault("socket_connect_timeout", config["SOCKET_CONNECT_TIMEOUT"])
+    return sentinels, sentinel_kwargs
+
+
+def _build_configured(name: str) -> redis.Redis:
+    entry = configured(name)
+    assert entry is not None
+    kwargs = _common_kwargs(entry)
+    no_retry = Retry(NoBackoff(), 0)
+    if entry.get("SENTINELS"):
+        sentinels, sentinel_kwargs = _sentinel_args(entry)
+        sentinel = redis.sentinel.Sentinel(
+            sentinels, sentinel_kwargs=sentinel_kwargs, retry=no_retry, **kwargs
+        )
+        return sentinel.master_for(entry["SERVICE_NAME"], db=int(entry.get("DB", 0)))
+    urls = _urls(entry)
+    if entry.get("CLUSTER"):
+        others = [redis.connection.parse_url(u) for u in urls[1:]]
+        startup = [ClusterNode(o["host"], o.get("port", 6379)) for o in others]
+        try:
+            return RedisCluster.from_url(  # type: ignore[return-value]
+                urls[0], startup_nodes=startup, retry=no_retry, **kwargs
+            )
+        except RedisClusterException as exc:  # no startup node answered
+            raise redis.ConnectionError(f"cluster {name!r}: {exc}") from exc
+    if "DB" in entry:
+        kwargs["db"] = int(entry["DB"])
+    return redis.Redis.from_url(urls[0], retry=no_retry, **kwargs)
+
+
+def _build_configured_async(name: str) -> Any:
+    entry = configured(name)
+    assert entry is not None
+    kwargs = _common_kwargs(entry)
+    no_retry = redis.asyncio.retry.Retry(NoBackoff(), 0)
+    if entry.get("SENTINELS"):
+        sentinels, sentinel_kwargs = _sentinel_args(entry)
+        sentinel = redis.asyncio.sentinel.Sentinel(
+            sentinels, sentinel_kwargs=sentinel_kwargs, retry=no_retry, **kwargs
+        )
+        return sentinel.master_for(entry["SERVICE_NAME"], db=int(entry.get("DB", 0)))
+    urls = _urls(entry)
+    if entry.get("CLUSTER"):
+        others = [redis.connection.parse_url(u) for u in urls[1:]]
+        startup = [
+            redis.asyncio.cluster.ClusterNode(o["host"], o.get("port", 6379)) for o in others
+        ]
+        return redis.asyncio.cluster.RedisCluster.from_url(
+            urls[0], startup_nodes=startup or None, retry=no_retry, **kwargs
+        )
+    if "DB" in entry:
+        kwargs["db"] = int(entry["DB"])
+    return redis.asyncio.Redis.from_url(urls[0], retry=no_retry, **kwargs)
 
 
 def _check_fork() -> None:
@@ -215,7 +436,10 @@ def reset_clients() -> None:
     with _lock:
         for client in _sync_clients.values():
             with contextlib.suppress(Exception):
-                client.connection_pool.disconnect()
+                if isinstance(client, RedisCluster):
+                    client.close()
+                else:
+                    client.connection_pool.disconnect()
         _sync_clients.clear()
         _async_clients.clear()
 

@@ -1,0 +1,239 @@
+"""Locks on a real 3-primary Redis Cluster (``redis-cli --cluster create``).
+
+The cluster is reached through ``REDISLOCK["CONNECTIONS"]`` (django-redis has no
+cluster client): a redis-py ``RedisCluster`` with retries off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import multiprocessing
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from django_redislock import Lock, force_release, held_locks, lock_info
+from django_redislock.connection import lock_client, pubsub_client, scan_clients
+from django_redislock.replication import call_and_wait
+from django_redislock.scripts import ACQUIRE
+from tests.cluster import Cluster, cli_spec, cluster_increment_worker
+
+pytestmark = pytest.mark.skipif(
+    cli_spec() is None, reason="no redis-cli / valkey-cli next to the server binary"
+)
+
+ALIAS = "locks"
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    with Cluster() as running:
+        yield running
+
+
+@pytest.fixture
+def on_cluster(cluster: Cluster, settings: Any) -> Iterator[Cluster]:
+    """REDISLOCK points at the cluster; the cluster starts empty."""
+    for node in cluster.nodes:
+        with node.client() as client:
+            client.flushall()
+    settings.REDISLOCK = {
+        **settings.REDISLOCK,
+        "CONNECTION": ALIAS,
+        "CONNECTIONS": {ALIAS: {"URL": cluster.urls, "CLUSTER": True}},
+    }
+    yield cluster
+
+
+def names_on_every_node(cluster: Cluster, per_node: int = 2) -> list[str]:
+    """Lock names whose keys land on each of the nodes (``per_node`` per node)."""
+    found: dict[int, list[str]] = {n.port or 0: [] for n in cluster.nodes}
+    for i in itertools.count():
+        name = f"job-{i}"
+        port = cluster.owner_of(f"redislock:{{{name}}}").port or 0
+        if len(found[port]) < per_node:
+            found[port].append(name)
+        if all(len(v) == per_node for v in found.values()):
+            return [name for names in found.values() for name in names]
+    raise AssertionError("unreachable")
+
+
+def test_locks_in_different_slots(on_cluster: Cluster) -> None:
+    names = names_on_every_node(on_cluster)
+    locks = [Lock(name) for name in names]
+    for lock in locks:
+        assert lock.acquire(timeout=0)
+    # each lock's keys sit together on the node serving the lock's slot
+    for lock in locks:
+        owner = on_cluster.owner_of(lock.key)
+        with owner.client() as raw:
+            assert raw.get(lock.key).decode() == lock.token
+            assert raw.hget(f"{lock.key}:meta", "fence") is not None
+            assert int(raw.get(f"{lock.key}:fence")) == lock.fence
+        assert Lock(lock.name).acquire(timeout=0) is False
+        assert lock.owned() and 0 < lock.remaining() <= 5
+    for lock in locks:
+        lock.extend(3)
+        lock.release()
+        assert not lock.locked()
+    again = Lock(names[0])
+    assert again.acquire(timeout=0) and again.fence == 2
+    again.release()
+
+
+def test_scan_clients_are_the_primaries(on_cluster: Cluster) -> None:
+    clients = scan_clients(ALIAS)
+    ports = sorted(c.connection_pool.connection_kwargs["port"] for c in clients)
+    assert ports == sorted(n.port for n in on_cluster.nodes)
+
+
+def test_listing_across_nodes_and_force_release(on_cluster: Cluster) -> None:
+    names = names_on_every_node(on_cluster)
+    locks = [Lock(name, purpose="cluster test") for name in names]
+    for lock in locks:
+        assert lock.acquire(timeout=0)
+    listed = {info.name: info for info in held_locks(connection=ALIAS)}
+    assert set(listed) == set(names)
+    assert all(info.purpose == "cluster test" for info in listed.values())
+    assert lock_info(names[-1], connection=ALIAS).token == locks[-1].token
+
+    # force-release reaches the node that holds each lock, and wakes its waiters
+    victim = locks[0]
+    got: list[bool] = []
+    successor = Lock(victim.name)
+    waiter = threading.Thread(target=lambda: got.append(successor.acquire(timeout=4)))
+    waiter.start()
+    time.sleep(0.3)
+    started = time.monotonic()
+    assert force_release(victim.name, connection=ALIAS)
+    waiter.join(5)
+    assert got == [True]
+    assert time.monotonic() - started < 1.0  # woken by the release, not by the TTL
+    assert not force_release("never-held", connection=ALIAS)
+    assert lock_info(victim.name, connection=ALIAS).token == successor.token
+    assert successor.fence == victim.fence + 1  # the fence survives a force-release
+    for lock in [successor, *locks[1:]]:
+        lock.release()
+    assert list(held_locks(connection=ALIAS)) == []
+
+
+def test_release_wakes_waiters_on_every_node(on_cluster: Cluster) -> None:
+    """PUBLISH from a script reaches the one subscriber, whichever node it is on."""
+    for name in names_on_every_node(on_cluster, per_node=1):
+        holder = Lock(name)
+        assert holder.acquire(timeout=0)
+        result: list[float] = []
+
+        def wait(name: str = name, result: list[float] = result) -> None:
+            lock = Lock(name, timeout=4)
+            assert lock.acquire()
+            result.append(time.monotonic())
+            lock.release()
+
+        thread = threading.Thread(target=wait)
+        thread.start()
+        time.sleep(0.3)
+        released = time.monotonic()
+        holder.release()
+        thread.join(5)
+        assert result and result[0] - released < 0.5, f"{name}: not woken by the release"
+
+
+def test_pubsub_client_is_a_plain_node_client(on_cluster: Cluster) -> None:
+    client = pubsub_client(ALIAS)
+    assert client.connection_pool.connection_kwargs["port"] in {n.port for n in on_cluster.nodes}
+    assert client.ping()
+
+
+def test_moved_during_resharding(on_cluster: Cluster) -> None:
+    """A slot moves to another node while held: the holder and newcomers follow MOVED."""
+    lock = Lock("resharded", ttl=5)
+    assert lock.acquire(timeout=0)
+    lock_client(ALIAS)  # the cached slot map now points at the old node
+    source = on_cluster.owner_of(lock.key)
+    target = next(n for n in on_cluster.nodes if n is not source)
+    on_cluster.migrate_slot(on_cluster.keyslot(lock.key), target)
+    assert on_cluster.owner_of(lock.key) is target
+
+    assert Lock("resharded").acquire(timeout=0) is False  # MOVED followed, still held
+    lock.extend()
+    assert lock.owned()
+    lock.release()
+    second = Lock("resharded")
+    assert second.acquire(timeout=0)
+    assert second.fence == 2  # the fence counter moved with the slot
+    second.release()
+
+    # the WAIT path pins one node: it follows MOVED too
+    source = on_cluster.owner_of("redislock:{resharded}")
+    target = next(n for n in on_cluster.nodes if n is not source)
+    on_cluster.migrate_slot(on_cluster.keyslot("redislock:{resharded}"), target)
+    third = Lock("resharded")
+    keys, args = third._acquire_args("tok")
+    (ok, fence), acked = call_and_wait(lock_client(ALIAS), ACQUIRE, keys, args, 0, 100)
+    assert (ok, fence, acked) == (1, 3, 0)
+
+
+async def test_async_on_cluster(on_cluster: Cluster) -> None:
+    names = names_on_every_node(on_cluster, per_node=1)
+    locks = [Lock(name) for name in names]
+    for lock in locks:
+        assert await lock.aacquire(timeout=0)
+        assert await lock.aowned()
+        assert not await Lock(lock.name).aacquire(timeout=0)
+    for lock in locks:
+        await lock.aextend()
+        await lock.arelease()
+        assert not await lock.alocked()
+
+    holder = Lock(names[0])
+    await holder.aacquire()
+    waiter = Lock(names[0], timeout=4)
+    task = asyncio.ensure_future(waiter.aacquire())
+    await asyncio.sleep(0.3)
+    released = time.monotonic()
+    await holder.arelease()
+    assert await task
+    assert time.monotonic() - released < 0.5
+    await waiter.arelease()
+
+
+def test_contention_across_processes(on_cluster: Cluster, tmp_path: Any) -> None:
+    names = names_on_every_node(on_cluster, per_node=1)
+    db_path = str(tmp_path / "resource.sqlite3")
+    with sqlite3.connect(db_path) as db:
+        db.execute("CREATE TABLE resource (name TEXT PRIMARY KEY, counter INT, fence INT)")
+        db.executemany("INSERT INTO resource VALUES (?, 0, 0)", [(n,) for n in names])
+    processes, iterations = 4, 30
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(processes) as pool:
+        results = pool.starmap(
+            cluster_increment_worker,
+            [(on_cluster.url, db_path, names, iterations)] * processes,
+        )
+    sections = [s for history in results for s in history]
+    assert len(sections) == processes * iterations
+    assert all(accepted for *_, accepted in sections)
+    with sqlite3.connect(db_path) as db:
+        counters = dict(db.execute("SELECT name, counter FROM resource").fetchall())
+    assert sum(counters.values()) == processes * iterations
+    for name in names:
+        mine = sorted((start, end, fence) for n, start, end, fence, _ in sections if n == name)
+        for (_, end, fence_a), (start, _, fence_b) in itertools.pairwise(mine):
+            assert end <= start and fence_a < fence_b
+
+
+def test_unreachable_cluster_is_backend_unavailable(settings: Any) -> None:
+    from django_redislock import LockBackendUnavailable
+
+    settings.REDISLOCK = {
+        **settings.REDISLOCK,
+        "CONNECTIONS": {"gone": {"URL": "redis://127.0.0.1:1", "CLUSTER": True}},
+    }
+    with pytest.raises(LockBackendUnavailable):
+        Lock("x", connection="gone").acquire(timeout=0)
