@@ -32,3 +32,23 @@ migrations-check: $(VENV)/.installed
 
 bench: $(VENV)/.installed-bench
 	$(VPY) -m bench $(if $(QUICK),--quick,)
+
+.PHONY: demo docs dist typecheck
+
+# The demo site: embedded Redis (unless REDIS_URL is set), migrations, an admin user,
+# background lock holders, http://127.0.0.1:8000/ (PORT=... to change). Ctrl-C stops it all.
+demo: $(VENV)/.installed
+	$(VPY) demo_site/run.py
+
+# Run every code example of README.md and docs/ (they are tests too).
+docs: $(VENV)/.installed
+	$(VPY) -m pytest tests/test_docs.py -q $(PYTEST_ARGS)
+
+# Build the sdist and the wheel into dist/ and list what the wheel ships.
+dist: $(VENV)/.installed
+	rm -rf dist
+	$(VPY) -m build --outdir dist .
+	$(VPY) -m zipfile -l dist/*.whl
+
+typecheck: $(VENV)/.installed
+	$(VENV)/bin/mypy django_redislock

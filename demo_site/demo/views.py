@@ -1,0 +1,188 @@
+"""The demo's pages. Each one shows one feature; the home page links them all."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from django_redislock import LockInfo, held_locks, lock_view
+
+from .models import DemoEvent, Ledger, Report
+
+MANAGE = Path(__file__).resolve().parent.parent / "manage.py"
+REPORT_TTL = 10.0  # seconds; the watchdog renews it while the report is being built
+
+
+def manage_command(*args: str) -> list[str]:
+    """The argv that runs ``python demo_site/manage.py <args>`` with this interpreter."""
+    return [sys.executable, str(MANAGE), *args]
+
+
+def server_info() -> dict[str, Any]:
+    """What the home page says about the Redis server(s) the locks use."""
+    from django_redis import get_redis_connection
+
+    info: dict[str, Any] = {
+        "url": settings.REDIS_URL,
+        "source": settings.REDIS_SOURCE,
+        "redlock_urls": settings.REDLOCK_URLS,
+    }
+    try:
+        server = get_redis_connection("default").info("server")
+    except Exception as exc:
+        info["error"] = str(exc)
+        return info
+    if "valkey_version" in server:
+        info["version"] = f"valkey {server['valkey_version']}"
+    else:
+        info["version"] = f"redis {server.get('redis_version', '?')}"
+    return info
+
+
+def home(request: HttpRequest) -> HttpResponse:
+    try:
+        locks = sorted(held_locks(count=200), key=lambda i: i.name)[:50]
+        error = None
+    except Exception as exc:
+        locks, error = [], str(exc)
+    return render(
+        request,
+        "demo/home.html",
+        {"server": server_info(), "locks": locks, "locks_error": error},
+    )
+
+
+# -- the locked view: HTTP 423 with Retry-After when busy ---------------------------------
+
+
+def report_busy(request: HttpRequest, info: LockInfo | None) -> HttpResponse:
+    """``on_busy`` of the regenerate view: the 423 page that explains itself."""
+    seconds = 1 if info is None or info.ttl is None else max(1, math.ceil(info.ttl))
+    response = render(
+        request,
+        "demo/locked.html",
+        {"info": info, "retry_after": seconds, "ttl": REPORT_TTL},
+        status=423,
+    )
+    response["Retry-After"] = str(seconds)
+    return response
+
+
+def report(request: HttpRequest) -> HttpResponse:
+    report, _ = Report.objects.get_or_create(name="sales")
+    return render(
+        request,
+        "demo/report.html",
+        {"report": report, "seconds": settings.DEMO_REPORT_SECONDS, "ttl": REPORT_TTL},
+    )
+
+
+@require_POST
+@lock_view("report:{report}", ttl=REPORT_TTL, watchdog=True, on_busy=report_busy)
+def regenerate_report(request: HttpRequest, report: str) -> HttpResponse:
+    """Rebuild the report: takes DEMO_REPORT_SECONDS, one at a time per report."""
+    started = time.monotonic()
+    time.sleep(settings.DEMO_REPORT_SECONDS)  # the expensive part
+    row, _ = Report.objects.get_or_create(name=report)
+    row.generated_at = timezone.now()
+    row.generated_by = f"pid {os.getpid()}"
+    row.seconds = time.monotonic() - started
+    row.runs += 1
+    row.save()
+    messages.success(request, f"Report “{report}” regenerated in {row.seconds:.1f} s.")
+    return redirect("report")
+
+
+# -- the fencing demo: a holder frozen past its TTL ----------------------------------------
+
+
+def fencing(request: HttpRequest) -> HttpResponse:
+    run = request.GET.get("run") or ""
+    events = list(DemoEvent.objects.filter(run=run)) if run else []
+    finished = any(e.kind == "done" for e in events)
+    ledger = Ledger.objects.filter(name="demo").first()
+    return render(
+        request,
+        "demo/fencing.html",
+        {
+            "run": run,
+            "events": events,
+            "running": bool(run) and not finished,
+            "finished": finished,
+            "ledger": ledger,
+        },
+    )
+
+
+@require_POST
+def fencing_run(request: HttpRequest) -> HttpResponse:
+    run = uuid.uuid4().hex[:12]
+    args = ["freeze_demo", "--run", run]
+    if request.POST.get("watchdog"):
+        args.append("--watchdog")
+    log = open(Path(settings.VAR_DIR) / "freeze_demo.log", "ab")  # noqa: SIM115
+    with log:
+        subprocess.Popen(
+            manage_command(*args),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    return redirect(f"/fencing/?run={run}")
+
+
+# -- the locked management command, as cron runs it ----------------------------------------
+
+
+def _run_twice() -> list[dict[str, Any]]:
+    """Start ``rebuild_reports`` twice, the second 0.5 s after the first; both outputs."""
+    first = subprocess.Popen(
+        manage_command("rebuild_reports", "--seconds", "2"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(1.0)
+    second = subprocess.Popen(
+        manage_command("rebuild_reports", "--seconds", "2"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    runs = []
+    for label, process in (("first run", first), ("second run, 1 s later", second)):
+        out, err = process.communicate(timeout=60)
+        runs.append({"label": label, "stdout": out, "stderr": err, "status": process.returncode})
+    return runs
+
+
+def command(request: HttpRequest) -> HttpResponse:
+    runs = _run_twice() if request.method == "POST" else []
+    return render(request, "demo/command.html", {"runs": runs})
+
+
+def contention(request: HttpRequest) -> HttpResponse:
+    output = None
+    if request.method == "POST":
+        done = subprocess.run(
+            manage_command("lock_contention", "--workers", "4", "--seconds", "3"),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        output = done.stdout + done.stderr
+    return render(request, "demo/contention.html", {"output": output})

@@ -1,0 +1,15 @@
+from django.contrib import admin
+from django.urls import path
+
+from demo_site.demo import views
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("report/", views.report, name="report"),
+    path("report/<slug:report>/regenerate/", views.regenerate_report, name="regenerate"),
+    path("fencing/", views.fencing, name="fencing"),
+    path("fencing/run/", views.fencing_run, name="fencing-run"),
+    path("command/", views.command, name="command"),
+    path("contention/", views.contention, name="contention"),
+    path("admin/", admin.site.urls),
+]
