@@ -206,6 +206,9 @@ async def _aclose(client: Any) -> None:
     pool = getattr(client, "connection_pool", None)
     if pool is not None:
         await pool.disconnect()
+        manager = getattr(pool, "sentinel_manager", None)
+        for sentinel in getattr(manager, "sentinels", ()):
+            await sentinel.aclose()
     else:  # the asyncio RedisCluster has no single pool
         await client.aclose()
 
@@ -440,6 +443,9 @@ def reset_clients() -> None:
                     client.close()
                 else:
                     client.connection_pool.disconnect()
+                    manager = getattr(client.connection_pool, "sentinel_manager", None)
+                    for sentinel in getattr(manager, "sentinels", ()):
+                        sentinel.close()
         _sync_clients.clear()
         _async_clients.clear()
 
