@@ -27,6 +27,22 @@ EVICTING_POLICIES = {
 
 
 def _alias_problem(alias: Any, what: str, obj: str) -> list[CheckMessage]:
+    from .connection import connection_problem
+
+    connections = get_config().get("CONNECTIONS") or {}
+    if isinstance(connections, dict) and isinstance(alias, str) and alias in connections:
+        problem = connection_problem(alias, connections[alias])
+        if problem is None:
+            return []
+        return [
+            Error(
+                problem,
+                hint="An entry needs URL (a list of URLs for CLUSTER: True), or SENTINELS and "
+                "SERVICE_NAME; optional DB, OPTIONS, SENTINEL_OPTIONS.",
+                obj="settings.REDISLOCK",
+                id="redislock.E006",
+            )
+        ]
     caches = getattr(settings, "CACHES", {})
     if not isinstance(alias, str) or alias not in caches:
         return [
@@ -118,29 +134,78 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     return messages
 
 
+def _server_config(client: Any) -> dict[str, str] | None:
+    """maxmemory-policy, appendonly and save of one server, or None if CONFIG is refused.
+
+    Managed services (ElastiCache, Memorystore...) often forbid or rename CONFIG:
+    then nothing can be checked and nothing is reported.
+    """
+    values: dict[str, str] = {}
+    try:
+        for name in ("maxmemory-policy", "appendonly", "save"):
+            reply = client.config_get(name)
+            for key, value in reply.items():
+                key = key.decode() if isinstance(key, bytes) else str(key)
+                values[key] = value.decode() if isinstance(value, bytes) else str(value)
+    except Exception:
+        return None
+    return values
+
+
 @register(Tags.caches)
 def check_eviction_policy(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """Warn when the lock server may evict keys with a TTL (that is, held locks)."""
-    from .connection import lock_client
+    """Warn when the lock server may evict held locks (W001), worse without persistence (W003).
+
+    A cluster is checked on every primary (the first problem found is reported).
+    """
+    from .connection import scan_clients
 
     alias = get_config()["CONNECTION"]
     if _alias_problem(alias, "", ""):
         return []  # reported by check_settings
     try:
-        policy = lock_client(alias).config_get("maxmemory-policy").get(b"maxmemory-policy")
+        clients = scan_clients(alias)
     except Exception:
         return []
-    if isinstance(policy, bytes):
-        policy = policy.decode()
-    if policy in EVICTING_POLICIES:
-        return [
-            Warning(
-                f"The lock server of cache {alias!r} uses maxmemory-policy {policy!r}: under "
-                "memory pressure it may evict a held lock, and a second holder gets it.",
-                hint="Use 'noeviction' on the lock server (a separate Redis for locks if the "
-                "cache needs eviction), and give it enough memory.",
-                obj=f"CACHES[{alias!r}]",
-                id="redislock.W001",
-            )
-        ]
+    for client in clients:
+        values = _server_config(client)
+        if values is None:
+            continue
+        messages = _config_problems(alias, values)
+        if messages:
+            return messages
     return []
+
+
+def _config_problems(alias: str, values: dict[str, str]) -> list[CheckMessage]:
+    policy = values.get("maxmemory-policy")
+    if policy not in EVICTING_POLICIES:
+        return []
+    obj = f"lock connection {alias!r}"
+    messages: list[CheckMessage] = [
+        Warning(
+            f"The lock server of connection {alias!r} uses maxmemory-policy {policy!r}: under "
+            "memory pressure it may evict a held lock, and a second holder gets it.",
+            hint="Use 'noeviction' on the lock server (a separate Redis for locks if the "
+            "cache needs eviction), and give it enough memory.",
+            obj=obj,
+            id="redislock.W001",
+        )
+    ]
+    no_aof = values.get("appendonly", "no") == "no"
+    no_rdb = not values.get("save", "").strip()
+    if no_aof and no_rdb:
+        messages.append(
+            Warning(
+                f"The lock server of connection {alias!r} has no persistence (appendonly no, "
+                f"no save points) and evicts keys ({policy!r}): held locks vanish under memory "
+                "pressure and on every restart, and the fence counters restart from zero.",
+                hint="On the lock server: CONFIG SET maxmemory-policy noeviction; and either "
+                "appendonly yes with appendfsync always (every acquire on disk before the "
+                "reply), or keep persistence off and delay every restart by the longest lock "
+                "TTL. See docs/operations.md.",
+                obj=obj,
+                id="redislock.W003",
+            )
+        )
+    return messages

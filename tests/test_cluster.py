@@ -237,3 +237,24 @@ def test_unreachable_cluster_is_backend_unavailable(settings: Any) -> None:
     }
     with pytest.raises(LockBackendUnavailable):
         Lock("x", connection="gone").acquire(timeout=0)
+
+
+def test_checks_accept_connections_names(on_cluster: Cluster, settings: Any) -> None:
+    from django_redislock.checks import check_eviction_policy, check_settings
+
+    assert [m.id for m in check_settings()] == []
+    for node in on_cluster.nodes[1:]:  # one primary evicts: found on whichever node it is
+        with node.client() as client:
+            client.config_set("maxmemory-policy", "allkeys-lru")
+    try:
+        assert [m.id for m in check_eviction_policy()] == ["redislock.W001", "redislock.W003"]
+    finally:
+        for node in on_cluster.nodes:
+            with node.client() as client:
+                client.config_set("maxmemory-policy", "noeviction")
+    settings.REDISLOCK = {
+        **settings.REDISLOCK,
+        "CONNECTIONS": {ALIAS: {"URL": ["redis://a:1", "redis://b:2"]}},
+    }
+    [error] = check_settings()
+    assert error.id == "redislock.E006" and "only for CLUSTER" in error.msg

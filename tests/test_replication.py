@@ -188,3 +188,30 @@ def test_batched_watchdog_renewals_wait_for_replicas_too(pair: Pair) -> None:
     pair.link.release_hold()
     for lock in locks:
         lock.release()
+
+
+# -- system checks: eviction and persistence of the lock server ------------------------
+
+
+def _check_ids(settings: Any, server: RedisServer) -> list[str]:
+    from django_redislock.checks import check_eviction_policy
+
+    Pair(server, server, None).use(settings, server)  # type: ignore[arg-type]
+    return [message.id for message in check_eviction_policy()]
+
+
+def test_check_warns_without_persistence_and_with_eviction(settings: Any, make_server: Any) -> None:
+    server = make_server(extra_args=["--maxmemory-policy", "allkeys-lru"])
+    assert _check_ids(settings, server) == ["redislock.W001", "redislock.W003"]
+
+
+def test_check_persistence_alone_or_noeviction_is_quiet(settings: Any, make_server: Any) -> None:
+    durable = make_server(appendonly=True, extra_args=["--maxmemory-policy", "volatile-lru"])
+    assert _check_ids(settings, durable) == ["redislock.W001"]
+    volatile = make_server()  # no persistence, but noeviction: only restarts lose locks
+    assert _check_ids(settings, volatile) == []
+
+
+def test_check_tolerates_a_forbidden_config(settings: Any, make_server: Any) -> None:
+    server = make_server(extra_args=["--rename-command", "CONFIG", ""])
+    assert _check_ids(settings, server) == []
