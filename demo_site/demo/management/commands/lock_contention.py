@@ -131,7 +131,7 @@ class Command(BaseCommand):
         ready: set[int] = set()
         while len(ready) < workers:  # every worker has set Django up: start together
             try:
-                index, message = results.get(timeout=60)
+                index, _ready = results.get(timeout=60)
             except queue.Empty:
                 raise CommandError("the workers did not start within 60 s") from None
             ready.add(index)

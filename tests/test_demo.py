@@ -1,0 +1,452 @@
+"""The demo site, run for real: ``demo_site/run.py`` in a child process, pages over HTTP.
+
+The module's fixture starts the demo exactly as ``make demo`` does (migrations, the admin
+user, background workers holding locks, ``runserver``) on a free port, pointed with
+``REDIS_URL`` at a private server this test started (not the suite's default server,
+which is flushed before every test). Pages are fetched over HTTP with a cookie jar (CSRF
+and all); commands run as ``python demo_site/manage.py ...`` child processes. One test
+walks the site in headless Chromium: home, the locked view's 423 page, and a
+force-release in the admin.
+"""
+
+from __future__ import annotations
+
+import html as html_module
+import http.cookiejar
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.servers import RedisServer, _free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+RUN = ROOT / "demo_site" / "run.py"
+MANAGE = ROOT / "demo_site" / "manage.py"
+PASSWORD = "demo-test-password"
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+IMG = ROOT / "docs" / "img"
+
+pytestmark = pytest.mark.slow
+
+
+def _demo_env(var_dir: str, redis_url: str | None) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("DJANGO_SETTINGS_MODULE", "REDIS_URL", "REDLOCK_URLS", "PORT")
+    }
+    env.update(
+        DEMO_VAR_DIR=var_dir,
+        DEMO_ADMIN_PASSWORD=PASSWORD,
+        DEMO_REPORT_SECONDS="3",
+        PYTHONUNBUFFERED="1",
+    )
+    if redis_url:
+        env["REDIS_URL"] = redis_url
+    return env
+
+
+@dataclass
+class Demo:
+    url: str
+    env: dict[str, str]
+    process: subprocess.Popen[str]
+    server: RedisServer | None
+    output: list[str]
+
+    def manage(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, str(MANAGE), *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+
+def _start_demo(env: dict[str, str], *extra: str) -> tuple[subprocess.Popen[str], str, list[str]]:
+    port = _free_port()
+    process = subprocess.Popen(
+        [sys.executable, str(RUN), "--port", str(port), *extra],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    output: list[str] = []
+    ready = threading.Event()
+
+    def pump() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            output.append(line)
+            if "django-redislock demo: http://" in line:
+                ready.set()
+        ready.set()
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    process.reader = reader  # type: ignore[attr-defined]
+    if not ready.wait(90) or process.poll() is not None:
+        _stop_demo(process)
+        pytest.fail("the demo did not start:\n" + "".join(output))
+    return process, f"http://127.0.0.1:{port}", output
+
+
+def _stop_demo(process: subprocess.Popen[str]) -> int:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+    try:
+        status = process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        status = process.wait()
+    process.reader.join(10)  # type: ignore[attr-defined]
+    if process.stdout is not None:
+        process.stdout.close()
+    return status
+
+
+@pytest.fixture(scope="module")
+def demo() -> Iterator[Demo]:
+    var_dir = tempfile.mkdtemp(prefix="redislock-demo-test-")
+    server = RedisServer(unixsocket=False).start()
+    env = _demo_env(var_dir, server.url)
+    process, url, output = _start_demo(env)
+    try:
+        yield Demo(url, env, process, server, output)
+    finally:
+        _stop_demo(process)
+        server.close()
+        shutil.rmtree(var_dir, ignore_errors=True)
+
+
+class Browser:
+    """urllib with a cookie jar: enough for Django's CSRF and sessions."""
+
+    def __init__(self, base: str) -> None:
+        self.base = base
+        self.jar = http.cookiejar.CookieJar()
+        self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.jar))
+
+    def csrf(self) -> str:
+        return next(c.value for c in self.jar if c.name == "csrftoken")
+
+    def request(self, path: str, data: dict[str, str] | None = None) -> tuple[int, Any, str]:
+        body = None
+        headers = {}
+        if data is not None:
+            body = urllib.parse.urlencode({"csrfmiddlewaretoken": self.csrf(), **data}).encode()
+            headers["Referer"] = self.base + path
+        req = urllib.request.Request(self.base + path, data=body, headers=headers)
+        try:
+            with self.opener.open(req, timeout=120) as response:
+                return response.status, response.headers, response.read().decode()
+        except urllib.error.HTTPError as error:
+            return error.code, error.headers, error.read().decode()
+
+    def get(self, path: str) -> str:
+        status, _, text = self.request(path)
+        assert status == 200, f"GET {path}: {status}\n{text[:2000]}"
+        return text
+
+    def post(self, path: str, data: dict[str, str] | None = None) -> tuple[int, Any, str]:
+        return self.request(path, data or {})
+
+
+def _text(html: str) -> str:
+    return html_module.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html)))
+
+
+def _eventually(check: Any, timeout: float = 20.0, interval: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result or time.monotonic() > deadline:
+            return result
+        time.sleep(interval)
+
+
+# -- pages ----------------------------------------------------------------------------------
+
+
+def test_home_page_links_every_demo_and_shows_the_workers_locks(demo: Demo) -> None:
+    browser = Browser(demo.url)
+    for link in [
+        "/report/",
+        "/fencing/",
+        "/command/",
+        "/contention/",
+        "/admin/django_redislock/heldlock/",
+    ]:
+        assert f'href="{link}"' in browser.get("/")
+    page = _eventually(lambda: (t := _text(browser.get("/"))) and "report:nightly-sales" in t and t)
+    assert page, "the background workers' locks never showed up"
+    assert re.search(r"(valkey|redis) \d+\.\d+", page)
+    for name in ["import:catalogue", "sync:crm-contacts", "backup:media"]:
+        assert name in page
+    assert "ImportWorker-2" in page  # the owner's thread name
+
+
+def test_every_page_renders(demo: Demo) -> None:
+    browser = Browser(demo.url)
+    for path, title in [
+        ("/report/", "Regenerate the sales report"),
+        ("/fencing/", "frozen past its TTL"),
+        ("/command/", "locked management command"),
+        ("/contention/", "Four processes, one lock"),
+        ("/admin/login/", "Log in"),
+    ]:
+        assert title in browser.get(path), path
+    status, _, _ = browser.request("/report/sales/regenerate/")
+    assert status == 405  # POST only
+
+
+def test_regenerate_twice_gives_the_423_page_with_retry_after(demo: Demo) -> None:
+    first, second = Browser(demo.url), Browser(demo.url)
+    first.get("/report/")
+    second.get("/report/")
+    assert demo.server is not None
+    client = demo.server.client()
+    results: list[tuple[int, Any, str]] = []
+    worker = threading.Thread(
+        target=lambda: results.append(first.post("/report/sales/regenerate/")), daemon=True
+    )
+    worker.start()
+    assert _eventually(lambda: client.exists("redislock:{report:sales}"), 10, 0.02)
+
+    status, headers, body = second.post("/report/sales/regenerate/")
+    assert status == 423
+    retry_after = int(headers["Retry-After"])
+    assert 1 <= retry_after <= 10  # the holder's TTL left: 10 s, renewed by the watchdog
+    text = _text(body)
+    assert "Locked: this report is being regenerated right now" in text
+    assert f"Retry-After: {retry_after}" in text
+    assert "demo_site.demo.views.regenerate_report" in text  # the holder's purpose
+    assert "renewed by a watchdog" in text
+
+    worker.join(30)
+    assert results and results[0][0] == 200  # redirected back to the report
+    assert "regenerated in" in results[0][2]
+    assert not client.exists("redislock:{report:sales}")
+    client.close()
+
+
+def test_freeze_demo_rejects_the_stale_write(demo: Demo) -> None:
+    browser = Browser(demo.url)
+    browser.get("/fencing/")
+    status, _, page = browser.post("/fencing/run/")
+    assert status == 200 and "Run " in page
+    run = re.search(r"Run ([0-9a-f]{12})", page)
+    assert run, page
+    text = _eventually(
+        lambda: (
+            (t := _text(browser.get(f"/fencing/?run={run.group(1)}"))) and "finished" in t and t
+        ),
+        60,
+        0.5,
+    )
+    assert text, "the freeze demo did not finish"
+    assert "SIGSTOP worker A" in text and "SIGCONT worker A" in text
+    assert re.search(r"worker B \(pid \d+\) wrote balance \d+ with fence \d+", text)
+    assert "write REJECTED by the fence" in text
+    assert "LockLost" in text  # leaving the with block after the lock expired under it
+    assert "+50 survived; without the fence" in text
+
+
+def test_command_page_runs_rebuild_reports_twice_and_the_second_skips(demo: Demo) -> None:
+    browser = Browser(demo.url)
+    browser.get("/command/")
+    status, _, page = browser.post("/command/")
+    assert status == 200
+    text = _text(page)
+    assert "first run: exit status 0" in text and "second run, 1 s later: exit status 0" in text
+    assert "reports rebuilt." in text
+    assert "Skipped: Lock 'rebuild_reports' is held by" in text
+
+
+def test_contention_page_shows_no_overlap(demo: Demo) -> None:
+    browser = Browser(demo.url)
+    browser.get("/contention/")
+    status, _, page = browser.post("/contention/")
+    assert status == 200
+    assert re.search(r"overlaps\s+0", page), page
+    assert "hand-off p50" in page and "hand-off p99" in page
+
+
+# -- commands ---------------------------------------------------------------------------------
+
+
+def test_rebuild_reports_skips_when_a_run_is_going_on(demo: Demo) -> None:
+    with subprocess.Popen(
+        [sys.executable, str(MANAGE), "rebuild_reports", "--seconds", "3"],
+        env=demo.env,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as first:
+        assert first.stdout is not None
+        assert "rebuilding" in first.stdout.readline()
+        second = demo.manage("rebuild_reports", "--seconds", "0")
+        assert second.returncode == 0
+        assert "Skipped: Lock 'rebuild_reports' is held by" in second.stderr
+        assert first.wait(30) == 0
+    alone = demo.manage("rebuild_reports", "--seconds", "0")
+    assert alone.returncode == 0 and "reports rebuilt" in alone.stdout
+
+
+def test_lock_contention_command(demo: Demo) -> None:
+    done = demo.manage("lock_contention", "--workers", "3", "--seconds", "1.5", "--json")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["overlaps"] == 0
+    assert set(summary["per_worker"]) == {"1", "2", "3"}
+    assert summary["acquisitions"] > 10
+    assert summary["switches"] > 0 and summary["handoff_p50_ms"] is not None
+
+    table = demo.manage("lock_contention", "--workers", "2", "--seconds", "1")
+    assert table.returncode == 0, table.stderr
+    assert "[##############################]" in table.stdout  # the progress bar, finished
+    assert re.search(r"overlaps\s+0", table.stdout)
+    assert "OK: no two workers ever held the lock at once." in table.stdout
+
+
+def test_contention_summary_counts_overlaps_and_handoffs() -> None:
+    from demo_site.demo.management.commands.lock_contention import percentile, summarize
+
+    summary = summarize(
+        {
+            1: [(0.0, 0.0, 1.0), (2.0, 2.5, 3.0)],
+            2: [(0.0, 1.001, 2.0), (2.9, 2.9, 3.5)],  # the last one overlaps worker 1's
+        }
+    )
+    assert summary["acquisitions"] == 4 and summary["per_worker"] == {1: 2, 2: 2}
+    assert summary["overlaps"] == 1
+    assert summary["switches"] == 3
+    assert summary["handoff_p50_ms"] == pytest.approx(1.0)
+    assert percentile([5.0, 1.0, 3.0], 0.5) == 3.0 and percentile([1.0, 2.0], 0.99) == 2.0
+
+
+def test_demo_uses_an_embedded_server_and_stops_it() -> None:
+    var_dir = tempfile.mkdtemp(prefix="redislock-demo-embedded-")
+    try:
+        process, url, output = _start_demo(_demo_env(var_dir, None), "--workers", "0")
+        state = json.loads((Path(var_dir) / "servers.json").read_text())
+        pid = int(re.search(r"pid (\d+)", state["label"]).group(1))
+        try:
+            assert "embedded" in _text(Browser(url).get("/"))
+            banner = "".join(output)
+            assert f"password '{PASSWORD}'" in banner and "user 'admin'" in banner
+            os.kill(pid, 0)  # the embedded server runs
+        finally:
+            assert _stop_demo(process) == 0
+        with pytest.raises(ProcessLookupError):
+            _eventually(lambda: os.kill(pid, 0) is not None, 5)
+            os.kill(pid, 0)
+        assert not (Path(var_dir) / "servers.json").exists()
+    finally:
+        shutil.rmtree(var_dir, ignore_errors=True)
+
+
+# -- one walk in a real browser ----------------------------------------------------------------
+
+
+@pytest.fixture
+def chromium() -> Iterator[Any]:
+    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
+        pytest.skip(
+            f"needs the system Chromium ({CHROMIUM}) and chromedriver ({CHROMEDRIVER}): "
+            "apt-get install chromium chromium-driver"
+        )
+    webdriver = pytest.importorskip("selenium.webdriver")
+    from selenium.webdriver.chrome.service import Service
+
+    profile = tempfile.mkdtemp(prefix="redislock-demo-chromium-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for argument in [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        f"--user-data-dir={profile}",
+        "--window-size=1200,900",
+        "--force-device-scale-factor=1",
+    ]:
+        options.add_argument(argument)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.implicitly_wait(5)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def test_browser_walk_home_locked_view_admin_release(demo: Demo, chromium: Any) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver = chromium
+    IMG.mkdir(parents=True, exist_ok=True)
+    driver.get(demo.url + "/")
+    WebDriverWait(driver, 20).until(
+        lambda d: "report:nightly-sales" in d.find_element(By.ID, "held-locks").text
+    )
+    assert "Distributed locks on Redis" in driver.find_element(By.TAG_NAME, "h1").text
+    driver.save_screenshot(str(IMG / "demo-home.png"))
+
+    # The locked view: a first request (fetch, in the background) holds the lock, then the
+    # button's request finds it held.
+    driver.find_element(By.LINK_TEXT, "A locked view").click()
+    assert "Regenerate the sales report" in driver.find_element(By.TAG_NAME, "h1").text
+    driver.execute_script(
+        "const form = document.getElementById('regenerate-form');"
+        "window.firstRequest = fetch(form.action, {method: 'POST', body: new FormData(form)});"
+    )
+    assert demo.server is not None
+    client = demo.server.client()
+    assert _eventually(lambda: client.exists("redislock:{report:sales}"), 10, 0.02)
+    driver.find_element(By.ID, "regenerate").click()
+    assert driver.find_element(By.CLASS_NAME, "status").text == "423"
+    holder = driver.find_element(By.ID, "lock-holder").text
+    assert "Retry-After:" in holder and "renewed by a watchdog" in holder
+    driver.save_screenshot(str(IMG / "demo-423.png"))
+    client.close()
+
+    # The admin: log in, Held locks, force-release one of the workers' locks.
+    driver.get(demo.url + "/admin/login/?next=/admin/")
+    driver.find_element(By.NAME, "username").send_keys("admin")
+    driver.find_element(By.NAME, "password").send_keys(PASSWORD)
+    driver.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    held = driver.find_elements(By.LINK_TEXT, "Held locks")
+    if not held:
+        pytest.skip("the admin has no Held locks page (django_redislock.admin not ready)")
+    held[0].click()
+    table = driver.find_element(By.ID, "result_list").text
+    assert "sync:crm-contacts" in table and "report:nightly-sales" in table
+    driver.find_element(By.LINK_TEXT, "sync:crm-contacts").click()
+    driver.find_element(By.LINK_TEXT, "Force-release").click()
+    assert "Are you sure" in driver.find_element(By.ID, "content").text
+    driver.find_element(By.CSS_SELECTOR, "input[type=submit][value^='Yes']").click()
+    messages = driver.find_element(By.CSS_SELECTOR, "ul.messagelist").text
+    assert "“sync:crm-contacts” was force-released" in messages
