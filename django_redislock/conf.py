@@ -30,6 +30,9 @@ DEFAULTS: dict[str, Any] = {
     "SOCKET_CONNECT_TIMEOUT": 2.0,
     # Wake waiters through pub/sub on release; False = jittered backoff only.
     "PUBSUB_WAKEUP": True,
+    # Inside transaction.atomic(), release only when the transaction ends
+    # (on commit, or at once on rollback). False releases at the end of the block.
+    "RELEASE_AFTER_COMMIT": True,
     # Dotted path of a default ``on_busy(request, info)`` for lock_view.
     "VIEW_ON_BUSY": None,
 }

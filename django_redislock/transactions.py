@@ -59,6 +59,10 @@ def defer_release_to_commit(lock: BaseLock) -> bool:
     """
     from django.db import transaction
 
+    from .conf import get_config
+
+    if not get_config()["RELEASE_AFTER_COMMIT"]:
+        return False
     alias = open_atomic_alias()
     if alias is None:
         return False

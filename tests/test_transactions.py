@@ -1,0 +1,91 @@
+"""Releasing inside atomic() waits for the commit; a rollback releases at once."""
+
+from __future__ import annotations
+
+import multiprocessing
+
+import pytest
+from django.db import transaction
+
+from django_redislock import Lock
+from tests.fencing_workers import atomic_incrementer, create_database, read_row
+
+WORKERS = 4
+ITERATIONS = 40
+
+
+def run_incrementers(url, db_path, release_after_commit):
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(WORKERS) as pool:
+        results = pool.starmap(
+            atomic_incrementer, [(url, db_path, ITERATIONS, release_after_commit)] * WORKERS
+        )
+    done = sum(d for d, _ in results)
+    errors = sum(e for _, e in results)
+    return done, errors, read_row(db_path)[0]
+
+
+def test_counter_is_exact_when_release_waits_for_commit(real_backend, tmp_path):
+    db_path = str(tmp_path / "tx.sqlite3")
+    create_database(db_path)
+    done, errors, balance = run_incrementers(real_backend.url, db_path, True)
+    assert (done, errors, balance) == (WORKERS * ITERATIONS, 0, WORKERS * ITERATIONS)
+
+
+def test_release_before_commit_shows_the_hazard(real_backend, tmp_path):
+    """Protection off: the next holder reads uncommitted-away data and fails or loses updates."""
+    db_path = str(tmp_path / "tx.sqlite3")
+    create_database(db_path)
+    _, errors, balance = run_incrementers(real_backend.url, db_path, False)
+    assert errors > 0 or balance < WORKERS * ITERATIONS
+
+
+@pytest.mark.django_db(transaction=True)
+def test_release_waits_for_commit(lock_backend):
+    with transaction.atomic():
+        with Lock("tx-commit") as lock:
+            pass
+        assert lock.locked()  # still held: the transaction is open
+        assert lock.token is not None
+    assert not lock.locked()
+    assert lock.token is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_rollback_releases_at_once(lock_backend):
+    with pytest.raises(RuntimeError), transaction.atomic():
+        with Lock("tx-rollback") as lock:
+            pass
+        assert lock.locked()
+        raise RuntimeError("roll back")
+    assert not lock.locked()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_savepoint_rollback_releases_at_once(lock_backend):
+    with transaction.atomic():
+        try:
+            with transaction.atomic():
+                with Lock("tx-savepoint") as lock:
+                    pass
+                raise RuntimeError("inner rollback")
+        except RuntimeError:
+            pass
+        assert not lock.locked()  # released when the savepoint rolled back
+
+
+@pytest.mark.django_db
+def test_testcase_transaction_does_not_defer(lock_backend):
+    """The atomic block Django's TestCase opens around a test never commits: ignore it."""
+    with Lock("in-testcase") as lock:
+        pass
+    assert not lock.locked()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_setting_turns_deferral_off(lock_backend, settings):
+    settings.REDISLOCK = {**settings.REDISLOCK, "RELEASE_AFTER_COMMIT": False}
+    with transaction.atomic():
+        with Lock("tx-off") as lock:
+            pass
+        assert not lock.locked()
