@@ -12,9 +12,13 @@ settings, or the CLI's minimal ones); locks of the controller use the cache alia
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import gc
 import json
 import os
+import random
+import re
 import shutil
 import signal
 import subprocess
@@ -28,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from tests.faults.harness import (
     History,
@@ -365,6 +371,781 @@ def _alias(alias: str, url: str, **redislock: Any) -> Iterator[None]:
         yield
 
 
+# -- 2. lost replies ---------------------------------------------------------------------------
+
+
+def lost_acquire_reply(lab: Lab, protected: bool) -> RunResult:
+    """The SET lands, its reply is lost; once the failure is reported no key holds our token.
+
+    Unprotected: the clean-up after an unknown outcome (compare-and-delete) is a no-op.
+    """
+    from django_redislock import LockBackendUnavailable
+    from django_redislock.lock import Lock
+
+    result = RunResult()
+    server = lab.server()
+    proxy = lab.proxy(server)
+    raw = _raw(server)
+    try:
+        with (
+            lock_settings(proxy.url, SOCKET_TIMEOUT=0.2),
+            patched(Lock, "_do_cleanup", lambda self, token: None, active=not protected),
+        ):
+            lock = Lock("lost-acquire-reply", connection=ALIAS, ttl=30)
+            assert lock.acquire() and lock.release() is None  # warm: scripts loaded
+            proxy.drop_replies(True)
+            errors: list[BaseException] = []
+
+            def acquire() -> None:
+                try:
+                    lock.acquire()
+                except LockBackendUnavailable as exc:
+                    errors.append(exc)
+
+            thread = threading.Thread(target=acquire)
+            thread.start()
+            # The SET lands but its reply is lost; the network heals before the clean-up.
+            if not wait_until(lambda: raw.exists(lock.key), timeout=5):
+                raise RuntimeError("the SET never landed")
+            proxy.drop_replies(False)
+            thread.join(10)
+            proxy.reset()
+            if len(errors) != 1:
+                raise RuntimeError(f"expected one LockBackendUnavailable, got {errors}")
+            leaked = raw.get(lock.key)
+            if leaked is not None:
+                result.violations.append(
+                    f"a key with our token {leaked!r} was left after the acquire failed "
+                    f"(TTL {raw.pttl(lock.key)} ms)"
+                )
+    finally:
+        raw.close()
+        proxy.close()
+    return result
+
+
+def lost_release_reply(lab: Lab, protected: bool) -> RunResult:
+    """The release lands, its reply is lost; the next holder's key survives our retry.
+
+    Unprotected: the retry is a plain ``DEL`` (no token check).
+    """
+    from django_redislock import Lock, LockBackendUnavailable, LockNotOwned
+
+    result = RunResult()
+    server = lab.server()
+    proxy = lab.proxy(server)
+    raw = _raw(server)
+    try:
+        with lock_settings(proxy.url, SOCKET_TIMEOUT=0.2), _alias("direct", server.url):
+            a = Lock("lost-release-reply", connection=ALIAS, ttl=30)
+            assert a.acquire() and a.release() is None  # warm: scripts loaded
+            assert a.acquire()
+            proxy.drop_replies(True)
+            try:
+                a.release()
+                raise RuntimeError("release did not notice the lost reply")
+            except LockBackendUnavailable:
+                pass
+            proxy.drop_replies(False)
+            proxy.reset()
+            if raw.exists(a.key):
+                raise RuntimeError("the release never landed")
+            b = Lock("lost-release-reply", connection="direct", ttl=5)
+            assert b.acquire(timeout=0)
+            before = raw.pttl(b.key)
+            t0 = time.monotonic()
+            # Our retry.
+            if protected:
+                with contextlib.suppress(LockNotOwned):
+                    a.release()
+            else:
+                raw.delete(a.key)
+            elapsed = (time.monotonic() - t0) * 1000
+            if raw.get(b.key) != b.token.encode():
+                result.violations.append("the retried release deleted the next holder's key")
+            elif not before - elapsed - 20 <= raw.pttl(b.key) <= before:
+                result.violations.append("the retried release changed the next holder's TTL")
+            with contextlib.suppress(LockNotOwned):
+                b.release()
+    finally:
+        raw.close()
+        proxy.close()
+    return result
+
+
+# -- 3. the server frozen past the TTL (SIGSTOP, DEBUG SLEEP, CLIENT PAUSE) --------------------
+
+
+def frozen_server(how: str) -> Callable[[Lab, bool], RunResult]:
+    def run(lab: Lab, protected: bool) -> RunResult:
+        return _run_frozen(lab, protected, how)
+
+    return run
+
+
+def _freeze(server: RedisServer, how: str, seconds: float) -> Callable[[], None]:
+    """Freeze ``server`` now; returns the function that waits until it is back."""
+    if how == "sigstop":
+        server.pause()
+
+        def thaw() -> None:
+            time.sleep(seconds)  # the fault's duration, not a synchronisation
+            server.resume()
+
+        return thaw
+    if how == "client-pause":
+        with server.client() as client:
+            client.client_pause(int(seconds * 1000), all=True)
+
+        def thaw() -> None:
+            with server.client(socket_timeout=seconds + 5) as client:
+                client.ping()  # answered once the pause is over
+
+        return thaw
+    assert how == "debug-sleep"
+    sleeper = server.client(socket_timeout=seconds + 5)
+    sleeper.ping()
+    # Connected before the sleep: a new connection's handshake would wait it out.
+    probe = server.client(socket_timeout=0.02, retry=Retry(NoBackoff(), 0))
+    probe.ping()
+    thread = threading.Thread(
+        target=lambda: sleeper.execute_command("DEBUG", "SLEEP", seconds), daemon=True
+    )
+    thread.start()
+
+    def asleep() -> bool:
+        try:
+            probe.ping()
+            return False
+        except redis.TimeoutError:
+            return True
+
+    if not wait_until(asleep, timeout=5, interval=0):
+        raise RuntimeError("DEBUG SLEEP did not freeze the server")
+    probe.close()
+
+    def thaw() -> None:
+        thread.join(seconds + 5)
+        sleeper.close()
+
+    return thaw
+
+
+def _run_frozen(lab: Lab, protected: bool, how: str) -> RunResult:
+    """The holder's validity must end no later than the server's expiry; then it is lost.
+
+    Replies are delayed 20 ms each way by the proxy. Unprotected: the holder starts its
+    validity clock when the reply arrives (instead of before sending), so it believes the
+    lock for up to one round trip after the server expired it.
+    """
+    from django_redislock import Lock, LockNotOwned
+
+    result = RunResult()
+    server = lab.server("frozen")
+    proxy = lab.proxy(server)
+    proxy.delay(0.02)
+    raw = _raw(server)
+    on_lost = LostRecorder()
+    try:
+        with lock_settings(proxy.url, SOCKET_TIMEOUT=0.1):
+            lock = Lock(f"frozen-{how}", connection=ALIAS, ttl=TTL, watchdog=True, on_lost=on_lost)
+            assert lock.acquire(timeout=0)
+            complete = time.monotonic()
+            # A lower bound of the server's expiry: sent-at + PTTL (1 ms PTTL resolution).
+            sent = time.monotonic()
+            pttl = raw.pttl(lock.key)
+            expiry_lb = sent + pttl / 1000 - 0.001
+            valid_until = lock.valid_until
+            believed = valid_until if protected else complete + lock.ttl
+            thaw = _freeze(server, how, 2 * TTL)
+            if lock.valid_until != valid_until:
+                result.notes.append("a renewal landed before the freeze; run not counted")
+                thaw()
+                return result
+            if believed > expiry_lb + 0.001:
+                result.violations.append(
+                    f"the holder believed the lock {1000 * (believed - expiry_lb):.1f} ms past "
+                    "the server's expiry"
+                )
+            thaw()
+            if not on_lost.event.wait(5):
+                result.violations.append("the lock was not reported lost after the freeze")
+            if not lock.lost:
+                result.violations.append("lock.lost is False after the freeze")
+            if not wait_until(lambda: not raw.exists(lock.key), timeout=2):
+                result.violations.append("the key outlived the freeze")
+            # Never revived: no late renewal brings it back.
+            deadline = time.monotonic() + TTL
+            while time.monotonic() < deadline:
+                if raw.exists(lock.key):
+                    result.violations.append("the lock key was revived after the freeze")
+                    break
+                time.sleep(0.005)
+            try:
+                lock.release()
+                result.violations.append("release() of a lost lock succeeded")
+            except LockNotOwned:
+                pass
+    finally:
+        raw.close()
+        proxy.close()
+    return result
+
+
+# -- 4. the watchdog starved (GIL) or cut off (proxy hold) --------------------------------------
+
+_CATASTROPHIC = re.compile(r"(a+)+$")
+
+
+_regex_size: dict[float, int] = {}
+
+
+def hold_gil(seconds: float) -> float:
+    """Run a catastrophic regex that holds the GIL for at least ``seconds``; its length.
+
+    The input size is calibrated once (each extra character doubles the time).
+    """
+    n = _regex_size.get(seconds, 18)
+    while True:
+        t0 = time.monotonic()
+        _CATASTROPHIC.match("a" * n + "!")
+        took = time.monotonic() - t0
+        if took >= seconds:
+            _regex_size[seconds] = n
+            return took
+        n += 1 if took > seconds / 2 else 2 if took > seconds / 8 else 3
+
+
+def watchdog_starved(lab: Lab, protected: bool) -> RunResult:
+    """A holder whose process cannot run its watchdog (GIL held by a regex) for 5 TTLs.
+
+    Another process takes the lock meanwhile. ``lost`` must be True as soon as the regex
+    returns (one TTL after the last good renewal had passed), the stale write is rejected
+    by its fence, and the late renewal never touches the new holder's key.
+    Unprotected: the holder trusts only the watchdog's flag (``lock._lost``), not the
+    validity clock, and the resources do not check fences.
+    """
+    from django_redislock import Lock
+
+    result = RunResult()
+    server = lab.server()
+    raw = _raw(server)
+    resources, sqlite_path, resource_url = _resources(lab, enforce=protected)
+    history_path = lab.path(f"history-starved-{now_ns()}.jsonl")
+    history = History(history_path, "w1")
+    name = "starved"
+    taker = None
+    on_lost = LostRecorder()
+    try:
+        with lock_settings(server.url, SOCKET_TIMEOUT=0.5):
+            lock = Lock(name, connection=ALIAS, ttl=TTL, watchdog=True, on_lost=on_lost)
+            invoke = now_ns()
+            assert lock.acquire(timeout=0)
+            _record_acquire(history, lock, invoke, True, naive=not protected)
+            first = lock.valid_until
+            if not wait_until(lambda: lock.valid_until != first, timeout=5):
+                raise RuntimeError("no renewal happened")
+            taker = Worker(
+                lab,
+                {
+                    "worker": "w2",
+                    "history": history_path,
+                    "urls": [server.url],
+                    "name": name,
+                    "ttl": 5.0,
+                    "enforce": protected,
+                    "naive": not protected,
+                    "timeout": 10,
+                    "hold": 0.5,
+                    "sqlite": sqlite_path,
+                    "redis_resource": resource_url,
+                },
+            )
+            # Let the taker start and block on the lock; its own startup is not the fault.
+            subscribed = wait_until(
+                lambda: raw.pubsub_numsub(f"redislock:{{{name}}}:released")[0][1] > 0,
+                timeout=10,
+            )
+            if not subscribed:
+                raise RuntimeError(f"the taker did not start waiting:\n{taker.output()}")
+            last_renewal = lock.valid_until
+            took = hold_gil(5 * TTL)
+            end = time.monotonic()
+            if lock.valid_until != last_renewal:
+                raise RuntimeError("the watchdog ran during the regex: the GIL was not held")
+            believes_lost = lock.lost if protected else lock._lost
+            if not believes_lost and end >= last_renewal:
+                result.violations.append(
+                    f"{1000 * (end - last_renewal):.0f} ms past the last renewal + TTL the "
+                    f"holder still believed it held the lock (regex held the GIL {took:.2f}s)"
+                )
+            # The holder goes on with its write: the fence must reject it.
+            _write_all(history, resources, lock.fence, "w1")
+            if not on_lost.event.wait(5):
+                result.violations.append("the watchdog never reported the loss")
+            code = taker.wait()
+            if code != 0:
+                raise RuntimeError(f"taker failed:\n{taker.output()}")
+            if raw.get(lock.key) == (lock.token or "").encode():
+                result.violations.append("the starved holder's key was revived")
+            _release(history, lock, invoke, naive=not protected)
+        history.close()
+        result.history = read_history(history_path)
+        taker_lines = [x for x in result.history if x["worker"] == "w2"]
+        if not any(x["op"] == "release" and x["ok"] for x in taker_lines):
+            result.violations.append("the new holder's release failed: its key was touched")
+        result.extend(check_windows(result.history))
+        result.extend(check_resources(resources))
+    finally:
+        if taker is not None:
+            taker.kill()
+        raw.close()
+        _close(resources)
+    return result
+
+
+def watchdog_cut_off(lab: Lab, protected: bool) -> RunResult:
+    """The watchdog cannot reach Redis (proxy hold) past the TTL, then the network heals.
+
+    ``lost`` must be set no later than one TTL after the last good renewal (the
+    ``on_lost`` callback within one socket timeout more), and the key is never revived
+    after healing, though every held renewal is delivered then.
+    Unprotected: renewal is a silent re-acquire (``SET key token PX ttl``).
+    """
+    from django_redislock.lock import Lock
+
+    def naive_extend(self: Any, token: str, ttl_ms: int) -> bool:
+        return bool(self._client().set(self.key, token, px=ttl_ms))
+
+    result = RunResult()
+    server = lab.server()
+    proxy = lab.proxy(server)
+    raw = _raw(server)
+    on_lost = LostRecorder()
+    socket_timeout = 0.1
+    try:
+        with (
+            lock_settings(proxy.url, SOCKET_TIMEOUT=socket_timeout),
+            patched(Lock, "_do_extend", naive_extend, active=not protected),
+        ):
+            lock = Lock("cut-off", connection=ALIAS, ttl=TTL, watchdog=True, on_lost=on_lost)
+            assert lock.acquire(timeout=0)
+            first = lock.valid_until
+            if not wait_until(lambda: lock.valid_until != first, timeout=5):
+                raise RuntimeError("no renewal happened")
+            proxy.hold()
+            last_good = lock.valid_until  # = start of the last good renewal + TTL
+            if not wait_until(lambda: lock.lost, timeout=5):
+                result.violations.append("lock.lost never turned True")
+            lost_seen = time.monotonic()
+            if lost_seen > last_good + 0.05:
+                result.violations.append(
+                    f"lost turned True {1000 * (lost_seen - last_good):.0f} ms after the last "
+                    "good renewal + TTL"
+                )
+            if not on_lost.event.wait(5):
+                result.violations.append("on_lost was never called")
+            elif (
+                on_lost.at is not None and on_lost.at > last_good + socket_timeout + TTL / 10 + 0.1
+            ):
+                result.violations.append(
+                    f"on_lost came {1000 * (on_lost.at - last_good):.0f} ms after the TTL ran out"
+                )
+            if not wait_until(lambda: not raw.exists(lock.key), timeout=5):
+                raise RuntimeError("the key did not expire while cut off")
+            proxy.heal()  # every held renewal is delivered now
+            deadline = time.monotonic() + 2 * TTL
+            while time.monotonic() < deadline:
+                if raw.exists(lock.key):
+                    result.violations.append("the key was revived after the network healed")
+                    break
+                time.sleep(0.005)
+    finally:
+        raw.close()
+        proxy.close()
+    return result
+
+
+# -- 5. eviction -------------------------------------------------------------------------------
+
+
+def eviction(lab: Lab, protected: bool) -> RunResult:
+    """``volatile-ttl`` evicts the held lock under memory pressure.
+
+    It must be reported lost within one renewal interval (ttl/3) of the eviction, the
+    fence counter (no TTL) survives, and the system check W001 warns about the policy.
+    Unprotected: no watchdog (the holder notices only when its validity runs out).
+    """
+    from django_redislock import Lock
+    from django_redislock.checks import check_eviction_policy
+
+    result = RunResult()
+    ttl = 1.0
+    server = lab.server("evict")
+    raw = _raw(server)
+    raw.config_set("maxmemory-policy", "volatile-ttl")
+    on_lost = LostRecorder()
+    try:
+        with lock_settings(server.url, CONNECTION=ALIAS):
+            ids = [message.id for message in check_eviction_policy()]
+            if "redislock.W001" not in ids:
+                result.violations.append(f"no redislock.W001 for volatile-ttl (got {ids})")
+            lock = Lock("evicted", connection=ALIAS, ttl=ttl, watchdog=protected, on_lost=on_lost)
+            assert lock.acquire(timeout=0)
+            fence = lock.fence
+            used = int(raw.info("memory")["used_memory"])
+            raw.config_set("maxmemory", used + 512 * 1024)
+            filler = b"x" * 1024
+            last_seen = time.monotonic()
+            for batch in range(5000):
+                pipe = raw.pipeline(transaction=False)
+                for i in range(50):
+                    pipe.set(f"filler:{batch}:{i}", filler, ex=3600)
+                pipe.execute()
+                if not raw.exists(lock.key):
+                    break
+                last_seen = time.monotonic()
+            else:
+                raise RuntimeError("the lock key was never evicted")
+            if not wait_until(lambda: lock.lost, timeout=5):
+                result.violations.append("the evicted lock was never reported lost")
+            noticed = (on_lost.at if protected else None) or time.monotonic()
+            bound = ttl / 3 + 0.1
+            if noticed - last_seen > bound:
+                result.violations.append(
+                    f"eviction noticed {1000 * (noticed - last_seen):.0f} ms after it happened "
+                    f"(bound: one renewal interval, {1000 * ttl / 3:.0f} ms)"
+                )
+            raw.config_set("maxmemory", 0)
+            counter = raw.get(lock.keys.fence)
+            if counter is None or int(counter) < fence:
+                result.violations.append(f"the fence counter was evicted ({counter!r})")
+    finally:
+        with contextlib.suppress(Exception):
+            raw.config_set("maxmemory", 0)
+            raw.config_set("maxmemory-policy", "noeviction")
+        raw.close()
+    return result
+
+
+# -- 6. lifecycle: cancellations, exceptions, GC ------------------------------------------------
+
+
+def lifecycle(lab: Lab, protected: bool) -> RunResult:
+    """400 cancellations landing mid-command, exceptions and GC inside ``with``.
+
+    Commands go through a proxy adding 3 ms each way, and cancels land at random times
+    within 12 ms, so many arrive while the SET or the release is in flight. After every
+    clean-up task finished and 3 TTLs passed: zero lock keys, zero watchdogs. Acquires
+    use a 30 s TTL so a leaked key cannot hide by expiring. Unprotected: no clean-up after
+    a cancelled acquire.
+    """
+    from django_redislock import Lock
+    from django_redislock import lock as lock_module
+    from django_redislock import watchdog as watchdog_module
+
+    async def noop(self: Any, token: str) -> None:
+        return None
+
+    result = RunResult()
+    server = lab.server()
+    proxy = lab.proxy(server)
+    proxy.delay(0.003)
+    raw = _raw(server)
+    rng = random.Random()
+
+    async def cancel_later(coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        await asyncio.sleep(rng.uniform(0, 0.012))
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+
+    async def acquire_cancelled(i: int) -> None:
+        await cancel_later(Lock(f"lc-acq-{i}", connection=ALIAS, ttl=30).aacquire())
+
+    async def release_cancelled(i: int) -> None:
+        lock = Lock(f"lc-rel-{i}", connection=ALIAS, ttl=TTL, watchdog=True)
+        await lock.aacquire()
+        await cancel_later(lock.arelease())
+
+    async def error_inside(i: int) -> None:
+        with contextlib.suppress(ValueError):
+            async with Lock(f"lc-exc-{i}", connection=ALIAS, ttl=TTL, watchdog=True):
+                raise ValueError(i)
+
+    async def main() -> None:
+        # Batches of 40 calls: redis-py 8 caps a pool at 100 connections (see
+        # tests/test_faults.py::test_more_concurrent_async_acquires_than_the_pool_cap).
+        for start in range(0, 200, 20):
+            await asyncio.gather(
+                *(acquire_cancelled(i) for i in range(start, start + 20)),
+                *(release_cancelled(i) for i in range(start, start + 20)),
+            )
+        await asyncio.gather(*(error_inside(i) for i in range(40)))
+        for _ in range(500):  # clean-up tasks of cancelled calls
+            if not lock_module._background_tasks:
+                break
+            await asyncio.sleep(0.01)
+
+    def sync_part() -> None:
+        for i in range(50):
+            with contextlib.suppress(KeyError), Lock(f"lc-sync-{i}", connection=ALIAS, ttl=TTL):
+                raise KeyError(i)
+        for i in range(50):
+            held = Lock(f"lc-gc-{i}", connection=ALIAS, ttl=TTL, watchdog=True)
+            held.acquire()
+            del held
+        gc.collect()
+
+    def lock_keys() -> list[bytes]:
+        return [
+            k for k in raw.scan_iter("redislock:{lc-*", count=1000) if not k.endswith(b":fence")
+        ]
+
+    try:
+        with (
+            lock_settings(proxy.url, SOCKET_TIMEOUT=2.0),
+            patched(Lock, "_ado_cleanup", noop, active=not protected),
+        ):
+            asyncio.run(main())
+            sync_part()
+            leaked = [k for k in lock_keys() if k.startswith(b"redislock:{lc-acq-")]
+            t0 = time.monotonic()
+            wait_until(
+                lambda: not lock_keys() and not watchdog_module.running(), timeout=3 * TTL + 1
+            )
+            left = lock_keys()
+            if leaked:
+                result.violations.append(
+                    f"{len(leaked)} keys of cancelled acquires left after their clean-up "
+                    f"(e.g. {leaked[0]!r})"
+                )
+            if left:
+                result.violations.append(
+                    f"{len(left)} keys left {time.monotonic() - t0:.1f}s later (e.g. {left[0]!r})"
+                )
+            if watchdog_module.running():
+                result.violations.append("a watchdog thread or task is still running")
+    finally:
+        raw.close()
+        proxy.close()
+    return result
+
+
+# -- 7. fork misuse --------------------------------------------------------------------------
+
+
+def fork_misuse(lab: Lab, protected: bool) -> RunResult:
+    """A forked child can neither release nor renew the parent's lock, nor GC-release it.
+
+    Unprotected: the owner-pid check is switched off.
+    """
+    from django_redislock import Lock, LockNotOwned
+    from django_redislock.lock import BaseLock
+
+    def unchecked(self: Any, action: str) -> str:
+        if self.token is None:
+            raise LockNotOwned("not held")
+        return self.token
+
+    result = RunResult()
+    server = lab.server()
+    raw = _raw(server)
+    try:
+        with (
+            lock_settings(server.url),
+            patched(BaseLock, "_owned_token", unchecked, active=not protected),
+        ):
+            lock = Lock("forked", connection=ALIAS, ttl=TTL, watchdog=True)
+            assert lock.acquire(timeout=0)
+            token = lock.token.encode()
+            read, write = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the child
+                code = 0
+                for action in (lock.extend, lock.release):
+                    try:
+                        action()
+                        code |= 1
+                    except LockNotOwned:
+                        pass
+                    except BaseException:
+                        code |= 2
+                del lock
+                gc.collect()
+                os.write(write, bytes([code]))
+                os._exit(0)
+            os.close(write)
+            code = os.read(read, 1)
+            os.close(read)
+            os.waitpid(pid, 0)
+            if code != b"\x00":
+                result.violations.append(f"the child released or renewed the lock ({code!r})")
+            # The parent still holds it, renewed by its own watchdog, for 2 more TTLs.
+            deadline = time.monotonic() + 2 * TTL
+            while time.monotonic() < deadline:
+                if raw.get(lock.key) != token:
+                    result.violations.append("the parent's lock was taken away by the child")
+                    break
+                time.sleep(0.01)
+            with contextlib.suppress(LockNotOwned):
+                lock.release()
+    finally:
+        raw.close()
+    return result
+
+
+# -- 8. server restart with and without AOF -----------------------------------------------------
+
+
+def restart(lab: Lab, protected: bool) -> RunResult:
+    """The lock server crashes (SIGKILL) while a lock is held and comes back at once.
+
+    With ``appendonly yes`` + ``appendfsync always`` the lock and the fence counter
+    survive: the next holder waits and gets a higher fence. Unprotected: no persistence —
+    the next holder gets the lock at once (two holders) with the fence back at 1.
+    """
+    from django_redislock import Lock
+    from django_redislock.connection import reset_clients
+
+    result = RunResult()
+    server = lab.fresh_server(appendonly=protected, appendfsync="always" if protected else None)
+    history_path = lab.path(f"history-restart-{now_ns()}.jsonl")
+    h1, h2 = History(history_path, "w1"), History(history_path, "w2")
+    try:
+        with lock_settings(server.url, SOCKET_TIMEOUT=1.0):
+            for _ in range(3):  # fences 1..3 already handed out
+                with Lock("restart", connection=ALIAS, ttl=2):
+                    pass
+            a = Lock("restart", connection=ALIAS, ttl=2)
+            invoke_a = now_ns()
+            assert a.acquire(timeout=0)
+            _record_acquire(h1, a, invoke_a, True, naive=False)
+            server.kill()
+            server.start()
+            reset_clients()
+            b = Lock("restart", connection=ALIAS, ttl=2)
+            invoke = now_ns()
+            ok = b.acquire(timeout=0)
+            _record_acquire(h2, b, invoke, ok, naive=False)
+            _release(h1, a, invoke_a, naive=False)
+            if not ok:
+                invoke = now_ns()
+                ok = b.acquire(timeout=5)
+                _record_acquire(h2, b, invoke, ok, naive=False)
+            _release(h2, b, invoke, naive=False)
+        h1.close()
+        h2.close()
+        result.history = read_history(history_path)
+        result.extend(check_windows(result.history))
+        result.extend(check_issued_fences(result.history))
+    finally:
+        server.close()
+    return result
+
+
+# -- 9. server clock jump (libfaketime) --------------------------------------------------------
+
+LIBFAKETIME = [
+    "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+    "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
+    "/usr/lib/faketime/libfaketime.so.1",
+    "/usr/local/lib/faketime/libfaketime.so.1",
+]
+
+
+def libfaketime() -> str | None:
+    return next((path for path in LIBFAKETIME if os.path.exists(path)), None)
+
+
+_env_lock = threading.Lock()
+
+
+def faketime_missing() -> str | None:
+    return None if libfaketime() else "libfaketime not installed (apt package faketime)"
+
+
+def clock_jump(lab: Lab, protected: bool) -> RunResult:
+    """The server's wall clock jumps 10 s forward while a lock is held (libfaketime).
+
+    Redis expires the key at once, a second holder gets the lock while the first still
+    believes it holds it: a known limit of any TTL lock (the windows overlap; reported
+    as a note, not a violation). What must hold is the fence: the first holder's late
+    write is rejected. Unprotected: the resources do not check fences.
+    """
+    from django_redislock import Lock
+
+    result = RunResult()
+    lib = libfaketime()
+    assert lib is not None
+    stamp = lab.path(f"faketime-{now_ns()}")
+    Path(stamp).write_text("+0\n")
+    env = {
+        "LD_PRELOAD": lib,
+        "FAKETIME_TIMESTAMP_FILE": stamp,
+        "FAKETIME_NO_CACHE": "1",
+        "DONT_FAKE_MONOTONIC": "1",
+        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+    }
+    with _env_lock:
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            server = lab.fresh_server()
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+    resources, _, _ = _resources(lab, enforce=protected)
+    history_path = lab.path(f"history-jump-{now_ns()}.jsonl")
+    h1, h2 = History(history_path, "w1"), History(history_path, "w2")
+    raw = _raw(server)
+    try:
+        with lock_settings(server.url):
+            a = Lock("jump", connection=ALIAS, ttl=5)
+            invoke_a = now_ns()
+            assert a.acquire(timeout=0)
+            _record_acquire(h1, a, invoke_a, True, naive=False)
+            values = [resource.read() for resource in resources]
+            Path(stamp).write_text("+10\n")
+            if not wait_until(lambda: not raw.exists(a.key), timeout=5):
+                raise RuntimeError("the clock jump did not expire the key (faketime inactive?)")
+            b = Lock("jump", connection=ALIAS, ttl=5)
+            invoke = now_ns()
+            assert b.acquire(timeout=0)
+            _record_acquire(h2, b, invoke, True, naive=False)
+            _write_all(h2, resources, b.fence, "w2")
+            for resource, value in zip(resources, values, strict=True):
+                t = now_ns()
+                ok = resource.write(value + 1, a.fence, "w1")
+                h1.record("write", invoke_ns=t, ok=ok, fence=a.fence)
+            _release(h1, a, invoke_a, naive=False)
+            _release(h2, b, invoke, naive=False)
+        h1.close()
+        h2.close()
+        result.history = read_history(history_path)
+        overlap = check_windows(result.history)
+        if overlap:
+            result.notes.append(f"expected (documented limit): {overlap[0]}")
+        result.extend(check_resources(resources))
+    finally:
+        raw.close()
+        _close(resources)
+        server.close()
+    return result
+
+
+def redlock_missing() -> str | None:
+    try:
+        from django_redislock import Redlock  # noqa: F401
+    except ImportError as exc:
+        return f"Redlock not importable: {exc}"
+    return None
+
+
 # -- the registry ------------------------------------------------------------------------------
 
 
@@ -396,6 +1177,31 @@ for _point in ("after_acquire", "before_write", "during_renewal", "before_releas
         "resources without fence check; naive holder (no validity bound, DEL/PEXPIRE "
         "without token check)",
     )(paused_holder(_point))
+
+
+scenario(
+    "paused before write (Redlock, 3 nodes)",
+    "resources without fence check; naive holder (no validity bound)",
+    available=redlock_missing,
+)(paused_holder("before_write", redlock=True))
+scenario("reply lost on acquire", "no compare-and-delete clean-up")(lost_acquire_reply)
+scenario("reply lost on release", "retry is a plain DEL")(lost_release_reply)
+for _how in ("sigstop", "debug-sleep", "client-pause"):
+    scenario(
+        f"server frozen ({_how})",
+        "validity clock started after the reply (proxy adds 20 ms each way)",
+    )(frozen_server(_how))
+scenario("watchdog starved (GIL)", "trusts only the watchdog flag; no fence check")(
+    watchdog_starved
+)
+scenario("watchdog cut off (proxy hold)", "renewal re-acquires (SET PX)")(watchdog_cut_off)
+scenario("eviction (volatile-ttl)", "no watchdog")(eviction)
+scenario("lifecycle (400 cancels, exc, GC)", "no clean-up after a cancelled acquire")(lifecycle)
+scenario("fork misuse", "owner pid not checked")(fork_misuse)
+scenario("server restart (AOF always)", "no persistence")(restart)
+scenario("server clock jump (libfaketime)", "no fence check", available=faketime_missing)(
+    clock_jump
+)
 
 
 def run_scenario(name: str, lab: Lab, *, protected: bool) -> RunResult:
