@@ -216,6 +216,8 @@ async def _aclose(client: Any) -> None:
 def _build_async(alias: str) -> redis.asyncio.Redis:
     source = lock_client(alias)
     pool = source.connection_pool
+    if isinstance(pool, redis.sentinel.SentinelConnectionPool):
+        return _async_sentinel_like(pool)
     connection_class = _async_connection_class(pool.connection_class)
     if connection_class is None:
         raise LockConfigurationError(
@@ -228,6 +230,35 @@ def _build_async(alias: str) -> redis.asyncio.Redis:
     return redis.asyncio.Redis(
         connection_pool=redis.asyncio.ConnectionPool(connection_class=connection_class, **kwargs)
     )
+
+
+def _async_sentinel_like(pool: redis.sentinel.SentinelConnectionPool) -> Any:
+    """An asyncio Sentinel client with the sentinels and options of a sync Sentinel pool."""
+    import redis.asyncio.connection as aconn
+
+    client_parameters = set(inspect.signature(redis.asyncio.Redis.__init__).parameters)
+    allowed = (_init_parameters(aconn.Connection) & client_parameters) - {
+        "host",
+        "port",
+        "connection_pool",
+    }
+    sentinels, sentinel_kwargs = [], {}
+    for sentinel in pool.sentinel_manager.sentinels:
+        options = sentinel.connection_pool.connection_kwargs
+        sentinels.append((options["host"], options["port"]))
+        sentinel_kwargs = {k: v for k, v in options.items() if k in allowed}
+    config = get_config()
+    kwargs = {k: v for k, v in pool.connection_kwargs.items() if k in allowed}
+    kwargs.update(
+        socket_timeout=config["SOCKET_TIMEOUT"],
+        socket_connect_timeout=config["SOCKET_CONNECT_TIMEOUT"],
+        retry=redis.asyncio.retry.Retry(NoBackoff(), 0),
+    )
+    kwargs.pop("retry_on_timeout", None)
+    kwargs.pop("retry_on_error", None)
+    sentinel_kwargs.pop("retry", None)
+    manager = redis.asyncio.sentinel.Sentinel(sentinels, sentinel_kwargs=sentinel_kwargs, **kwargs)
+    return manager.master_for(pool.service_name)
 
 
 def _async_connection_class(sync_class: type) -> type | None:

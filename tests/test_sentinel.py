@@ -147,3 +147,28 @@ async def test_async_follows_the_new_primary(topology: Topology) -> None:
                 raise
             await __import__("asyncio").sleep(0.1)
     await lock.arelease()
+
+
+async def test_django_redis_sentinel_alias(topology: Topology, settings: Any) -> None:
+    """A django-redis cache alias with its SentinelClient works for sync and async locks."""
+    settings.DJANGO_REDIS_CONNECTION_FACTORY = "django_redis.pool.SentinelConnectionFactory"
+    settings.CACHES = {
+        **settings.CACHES,
+        "sentinel": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": f"redis://{SERVICE}/0",
+            "OPTIONS": {
+                "CLIENT_CLASS": "django_redis.client.SentinelClient",
+                "SENTINELS": sentinel_addresses(topology.sentinels),
+            },
+        },
+    }
+    lock = Lock("via-django-redis", connection="sentinel")
+    assert lock.acquire(timeout=0)
+    with topology.primary.client() as raw:
+        assert raw.get(lock.key).decode() == lock.token
+    lock.release()
+    assert await lock.aacquire(timeout=0)
+    with topology.primary.client() as raw:
+        assert raw.get(lock.key).decode() == lock.token
+    await lock.arelease()
