@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import gc
 import json
+import math
 import os
 import random
 import re
@@ -600,20 +601,28 @@ _CATASTROPHIC = re.compile(r"(a+)+$")
 _regex_size: dict[float, int] = {}
 
 
-def hold_gil(seconds: float) -> float:
-    """Run a catastrophic regex that holds the GIL for at least ``seconds``; its length.
+def regex_size(seconds: float) -> int:
+    """Input length for which the catastrophic regex runs at least ``seconds`` (cached).
 
-    The input size is calibrated once (each extra character doubles the time).
+    Measured on short inputs and extrapolated (each extra character doubles the time),
+    so calibrating never starves anything for long.
     """
-    n = _regex_size.get(seconds, 18)
-    while True:
-        t0 = time.monotonic()
-        _CATASTROPHIC.match("a" * n + "!")
-        took = time.monotonic() - t0
-        if took >= seconds:
-            _regex_size[seconds] = n
-            return took
-        n += 1 if took > seconds / 2 else 2 if took > seconds / 8 else 3
+    if seconds not in _regex_size:
+        n, took = 14, 0.0
+        while took < 0.02:
+            n += 1
+            t0 = time.monotonic()
+            _CATASTROPHIC.match("a" * n + "!")
+            took = time.monotonic() - t0
+        _regex_size[seconds] = n + max(0, math.ceil(math.log2(seconds / took))) + 1
+    return _regex_size[seconds]
+
+
+def hold_gil(size: int) -> float:
+    """Run the catastrophic regex (it holds the GIL throughout); how long it took."""
+    t0 = time.monotonic()
+    _CATASTROPHIC.match("a" * size + "!")
+    return time.monotonic() - t0
 
 
 def watchdog_starved(lab: Lab, protected: bool) -> RunResult:
@@ -668,8 +677,14 @@ def watchdog_starved(lab: Lab, protected: bool) -> RunResult:
             )
             if not subscribed:
                 raise RuntimeError(f"the taker did not start waiting:\n{taker.output()}")
+            size = regex_size(3 * TTL)
+            first = lock.valid_until
+            if not wait_until(lambda: lock.valid_until != first, timeout=5):
+                raise RuntimeError("no renewal happened")
             last_renewal = lock.valid_until
-            took = hold_gil(5 * TTL)
+            took = hold_gil(size)
+            if took < 2 * TTL:
+                raise RuntimeError(f"the regex held the GIL only {took:.2f}s")
             end = time.monotonic()
             if lock.valid_until != last_renewal:
                 raise RuntimeError("the watchdog ran during the regex: the GIL was not held")
