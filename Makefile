@@ -4,7 +4,7 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: test lint migrations-check bench venv
+.PHONY: test lint migrations-check bench venv faults
 
 venv: $(VENV)/.installed
 
@@ -52,3 +52,7 @@ dist: $(VENV)/.installed
 
 typecheck: $(VENV)/.installed
 	$(VENV)/bin/mypy django_redislock
+
+# The fault-injection suite, every scenario RUNS times with and without its protection.
+faults: $(VENV)/.installed
+	$(VPY) -m tests.faults --runs $(or $(RUNS),20)
