@@ -33,6 +33,9 @@ DEFAULTS: dict[str, Any] = {
     # Inside transaction.atomic(), release only when the transaction ends
     # (on commit, or at once on rollback). False releases at the end of the block.
     "RELEASE_AFTER_COMMIT": True,
+    # Lock connections that are not django-redis aliases (Cluster, Sentinel, URL):
+    # {"name": {"URL": ..., "CLUSTER": True, ...}}; see docs/operations.md.
+    "CONNECTIONS": {},
     # Dotted path of a default ``on_busy(request, info)`` for lock_view.
     "VIEW_ON_BUSY": None,
 }

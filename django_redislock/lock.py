@@ -21,7 +21,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ReadOnlyError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from . import signals, waiting, watchdog
+from . import replication, signals, waiting, watchdog
 from .conf import get_config
 from .connection import async_lock_client, lock_client
 from .exceptions import (
@@ -604,6 +604,8 @@ class Lock(BaseLock):
 
     def _do_acquire(self, token: str) -> tuple[bool, int]:
         keys, args = self._acquire_args(token)
+        if self.wait_replicas:
+            return self._acquire_replicated(token, keys, args)
         ok, value = ACQUIRE(self._client(), keys, args)
         return ok == 1, int(value)
 
@@ -613,6 +615,8 @@ class Lock(BaseLock):
 
     def _do_extend(self, token: str, ttl_ms: int) -> bool:
         keys = [self.keys.key, self.keys.meta]
+        if self.wait_replicas:
+            return self._extend_replicated(token, keys, ttl_ms)
         return EXTEND(self._client(), keys, [token, ttl_ms]) == 1
 
     def _do_cleanup(self, token: str) -> None:
@@ -623,6 +627,8 @@ class Lock(BaseLock):
 
     @classmethod
     def _extend_many(cls, batch: list[tuple[Any, str]]) -> list[Any]:
+        if any(lock.wait_replicas for lock, _ in batch):
+            return cls._extend_each(batch)
         first = batch[0][0]
         try:
             client = first._client()
@@ -654,6 +660,8 @@ class Lock(BaseLock):
 
     async def _ado_acquire(self, token: str) -> tuple[bool, int]:
         keys, args = self._acquire_args(token)
+        if self.wait_replicas:
+            return await self._aacquire_replicated(token, keys, args)
         ok, value = await ACQUIRE.acall(await async_lock_client(self.connection), keys, args)
         return ok == 1, int(value)
 
@@ -664,6 +672,8 @@ class Lock(BaseLock):
 
     async def _ado_extend(self, token: str, ttl_ms: int) -> bool:
         keys = [self.keys.key, self.keys.meta]
+        if self.wait_replicas:
+            return await self._aextend_replicated(token, keys, ttl_ms)
         return (
             await EXTEND.acall(await async_lock_client(self.connection), keys, [token, ttl_ms]) == 1
         )
@@ -713,6 +723,71 @@ class Lock(BaseLock):
     async def aremaining(self) -> float | None:
         """Async twin of :meth:`remaining`."""
         return _pttl_seconds(await self._aquery(lambda c: c.pttl(self.key)))
+
+    # -- replicas (wait_replicas): see django_redislock.replication -------------
+    def _wait_ms(self) -> int:
+        return replication.wait_timeout_ms(self.wait_timeout, self.ttl)
+
+    def _acquire_replicated(self, token: str, keys: list[str], args: list[Any]) -> tuple[bool, int]:
+        ms = self._wait_ms()
+        (ok, value), acked = replication.call_and_wait(
+            self._client(), ACQUIRE, keys, args, self.wait_replicas, ms
+        )
+        if ok != 1:
+            return False, int(value)
+        if acked < self.wait_replicas:
+            self._cleanup_quietly(token)
+            raise replication.not_acked(self.name, acked, self.wait_replicas, ms)
+        return True, int(value)
+
+    async def _aacquire_replicated(
+        self, token: str, keys: list[str], args: list[Any]
+    ) -> tuple[bool, int]:
+        ms = self._wait_ms()
+        client = await async_lock_client(self.connection)
+        (ok, value), acked = await replication.acall_and_wait(
+            self.connection, client, ACQUIRE, keys, args, self.wait_replicas, ms
+        )
+        if ok != 1:
+            return False, int(value)
+        if acked < self.wait_replicas:
+            await self._acleanup_quietly(token)
+            raise replication.not_acked(self.name, acked, self.wait_replicas, ms)
+        return True, int(value)
+
+    def _extend_replicated(self, token: str, keys: list[str], ttl_ms: int) -> bool:
+        ms = self._wait_ms()
+        result, acked = replication.call_and_wait(
+            self._client(), EXTEND, keys, [token, ttl_ms], self.wait_replicas, ms
+        )
+        if result != 1:
+            return False
+        if acked < self.wait_replicas:
+            raise replication.extend_not_acked(self.name, acked, self.wait_replicas, ms)
+        return True
+
+    async def _aextend_replicated(self, token: str, keys: list[str], ttl_ms: int) -> bool:
+        ms = self._wait_ms()
+        client = await async_lock_client(self.connection)
+        result, acked = await replication.acall_and_wait(
+            self.connection, client, EXTEND, keys, [token, ttl_ms], self.wait_replicas, ms
+        )
+        if result != 1:
+            return False
+        if acked < self.wait_replicas:
+            raise replication.extend_not_acked(self.name, acked, self.wait_replicas, ms)
+        return True
+
+    @classmethod
+    def _extend_each(cls, batch: list[tuple[Any, str]]) -> list[Any]:
+        """Renew one by one (each with its WAIT): True, False or an exception each."""
+        outcomes: list[Any] = []
+        for lock, token in batch:
+            try:
+                outcomes.append(lock._do_extend(token, lock._ttl_ms))
+            except Exception as exc:
+                outcomes.append(exc)
+        return outcomes
 
 
 def _pttl_seconds(pttl: int) -> float | None:
