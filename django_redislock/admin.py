@@ -19,6 +19,7 @@ from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib import admin, messages
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.models import DELETION, LogEntry
 from django.contrib.admin.utils import quote, unquote
 from django.contrib.auth import get_permission_codename
@@ -34,6 +35,7 @@ from django.http import (
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import formats, timezone
+from django.utils.text import capfirst
 from django.utils.timesince import timesince
 
 from .conf import get_config
@@ -295,7 +297,7 @@ class HeldLockAdmin(admin.ModelAdmin):
             )
         context = self._context(
             request,
-            self.opts.verbose_name_plural.capitalize(),
+            capfirst(str(self.opts.verbose_name_plural)),
             rows=[self._row(info, alias) for info in infos],
             query=query,
             order=order,
@@ -328,7 +330,7 @@ class HeldLockAdmin(admin.ModelAdmin):
         if request.POST.get("action") != ACTION_NAME:
             self.message_user(request, "No action selected.", messages.WARNING)
             return HttpResponseRedirect(back)
-        names = request.POST.getlist(admin.helpers.ACTION_CHECKBOX_NAME)
+        names = request.POST.getlist(ACTION_CHECKBOX_NAME)
         if not names:
             self.message_user(
                 request,

@@ -15,6 +15,7 @@ from . import signals
 from .conf import get_config
 from .connection import lock_client
 from .exceptions import LockBackendUnavailable, RedisLockError
+from .holder import parse_holder
 from .keys import LockKeys, name_from_key, validate_name, validate_prefix
 from .lock import UNREACHABLE
 from .scripts import FORCE_RELEASE
@@ -68,6 +69,8 @@ def build_info(
 ) -> LockInfo:
     """A :class:`LockInfo` from the raw replies of GET, PTTL and HGETALL."""
     fields = {_text(k): _text(v) for k, v in (meta or {}).items()}
+    if "holder" in fields:
+        fields.update(parse_holder(fields.pop("holder")))
     pid = fields.get("pid", "")
     stamp = fields.get("acquired_at", "")
     try:
@@ -115,7 +118,9 @@ def lock_info(name: str, *, connection: str | None = None) -> LockInfo | None:
     alias = _alias(connection)
     try:
         pipe = lock_client(alias).pipeline(transaction=False)
-        pipe.get(keys.key).pttl(keys.key).hgetall(keys.meta)
+        pipe.get(keys.key)
+        pipe.pttl(keys.key)
+        pipe.hgetall(keys.meta)
         token, pttl, meta = pipe.execute()
     except RedisError as exc:
         raise _unavailable(alias, name, exc) from exc
@@ -323,7 +328,7 @@ def held_locks(
     match = lock_key_pattern(pattern)
     alias = _alias(connection)
     fixed = count is not None
-    if fixed and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
         raise ValueError(f"count must be a positive int, not {count!r}")
     try:
         nodes = _nodes(lock_client(alias))
@@ -331,7 +336,7 @@ def held_locks(
         raise _unavailable(alias, None, exc) from exc
     for client in nodes:
         cursor = 0
-        step = count if fixed else MIN_SCAN_COUNT
+        step: int = MIN_SCAN_COUNT if count is None else count
         while True:
             try:
                 cursor, raw_keys = client.scan(cursor=cursor, match=match, count=step)
