@@ -271,7 +271,8 @@ def test_freeze_demo_rejects_the_stale_write(demo: Demo) -> None:
     assert re.search(r"worker B \(pid \d+\) wrote balance \d+ with fence \d+", text)
     assert "write REJECTED by the fence" in text
     assert "LockLost" in text  # leaving the with block after the lock expired under it
-    assert "+50 survived; without the fence" in text
+    assert "+50 survived (100 + 50). Without the fence" in text
+    assert "balance 150" in text
 
 
 def test_command_page_runs_rebuild_reports_twice_and_the_second_skips(demo: Demo) -> None:
@@ -426,7 +427,9 @@ def test_browser_walk_home_locked_view_admin_release(demo: Demo, chromium: Any) 
     assert demo.server is not None
     client = demo.server.client()
     assert _eventually(lambda: client.exists("redislock:{report:sales}"), 10, 0.02)
-    driver.find_element(By.ID, "regenerate").click()
+    driver.find_element(By.ID, "regenerate").click()  # the form opens a new tab
+    WebDriverWait(driver, 10).until(lambda d: len(d.window_handles) == 2)
+    driver.switch_to.window(driver.window_handles[1])
     assert driver.find_element(By.CLASS_NAME, "status").text == "423"
     holder = driver.find_element(By.ID, "lock-holder").text
     assert "Retry-After:" in holder and "renewed by a watchdog" in holder

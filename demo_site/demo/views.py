@@ -113,7 +113,7 @@ def fencing(request: HttpRequest) -> HttpResponse:
     run = request.GET.get("run") or ""
     events = list(DemoEvent.objects.filter(run=run)) if run else []
     finished = any(e.kind == "done" for e in events)
-    ledger = Ledger.objects.filter(name="demo").first()
+    ledger = Ledger.objects.filter(name=f"run:{run}").first() if run else None
     return render(
         request,
         "demo/fencing.html",
@@ -142,7 +142,7 @@ def fencing_run(request: HttpRequest) -> HttpResponse:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    return redirect(f"/fencing/?run={run}")
+    return redirect(f"/fencing/?run={run}#run")
 
 
 # -- the locked management command, as cron runs it ----------------------------------------

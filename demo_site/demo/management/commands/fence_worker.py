@@ -17,8 +17,6 @@ from django.core.management.base import BaseCommand, CommandParser
 from django_redislock import Lock, LockLost, LockNotOwned, StaleFence
 from django_redislock.fencing import fenced_update
 
-LOCK_NAME = "ledger"
-
 
 class Command(BaseCommand):
     help = "One worker of the fencing demo (started by freeze_demo)."
@@ -40,8 +38,9 @@ class Command(BaseCommand):
         def event(text: str, kind: str = "info") -> None:
             DemoEvent.objects.create(run=run, actor=me, kind=kind, text=text)
 
+        lock_name = f"ledger:{run}"  # one lock per run: two visitors' runs do not mix
         lock = Lock(
-            LOCK_NAME,
+            lock_name,
             ttl=options["ttl"],
             timeout=options["timeout"],
             watchdog=options["watchdog"],
@@ -50,8 +49,8 @@ class Command(BaseCommand):
         try:
             with lock:
                 watchdog = "with a watchdog" if options["watchdog"] else "no watchdog"
-                event(f"acquired “{LOCK_NAME}”: fence {lock.fence}, TTL {lock.ttl:g} s, {watchdog}")
-                row = Ledger.objects.get(name="demo")
+                event(f"acquired “{lock_name}”: fence {lock.fence}, TTL {lock.ttl:g} s, {watchdog}")
+                row = Ledger.objects.get(name=f"run:{run}")
                 new_balance = row.balance + options["add"]
                 event(f"read balance {row.balance}; will write {new_balance}")
                 lock.check()

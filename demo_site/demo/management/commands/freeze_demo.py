@@ -47,7 +47,10 @@ class Command(BaseCommand):
             argv += ["--worker", name, "--add", str(add), "--ttl", str(ttl), *extra]
             return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
-        Ledger.objects.get_or_create(name="demo")
+        # A fresh ledger row per run: balance 100, no fence yet.
+        Ledger.objects.update_or_create(
+            name=f"run:{run}", defaults={"balance": 100, "fence": 0, "written_by": ""}
+        )
         event(f"starting worker A (TTL {ttl:g} s{', watchdog on' if options['watchdog'] else ''})")
         a = worker(
             "A", 100, "--pause-before-write", *(["--watchdog"] if options["watchdog"] else [])
@@ -77,11 +80,17 @@ class Command(BaseCommand):
             a.stdin.write("go\n")
             a.stdin.flush()
             a.communicate(timeout=60)
-            ledger = Ledger.objects.get(name="demo")
+            ledger = Ledger.objects.get(name=f"run:{run}")
+            if ledger.balance == 150 and "worker B" in ledger.written_by:
+                verdict = (
+                    "B's +50 survived (100 + 50). Without the fence, A's late write of 200 "
+                    "(100 + 100, computed before B wrote) would have replaced it"
+                )
+            else:
+                verdict = "unexpected: see the lines above"
             event(
                 f"done: balance {ledger.balance}, fence {ledger.fence}, written by "
-                f"{ledger.written_by}. B's +50 survived; without the fence, A would have "
-                f"overwritten it.",
+                f"{ledger.written_by or 'nobody'}. {verdict}.",
                 "done",
             )
         except BaseException as exc:
