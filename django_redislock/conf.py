@@ -28,6 +28,9 @@ DEFAULTS: dict[str, Any] = {
     # must fail fast against a frozen server rather than hang.
     "SOCKET_TIMEOUT": 5.0,
     "SOCKET_CONNECT_TIMEOUT": 2.0,
+    # Connections per process (and per event loop) for lock commands; more
+    # concurrent callers wait for a free one, up to SOCKET_TIMEOUT.
+    "MAX_CONNECTIONS": 100,
     # Wake waiters through pub/sub on release; False = jittered backoff only.
     "PUBSUB_WAKEUP": True,
     # Inside transaction.atomic(), release only when the transaction ends

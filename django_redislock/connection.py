@@ -131,9 +131,15 @@ def lock_client(alias: str) -> redis.Redis:
                 client = source
             else:
                 connection_class, kwargs = built
+                # Blocking: past MAX_CONNECTIONS a caller waits for a free
+                # connection (up to SOCKET_TIMEOUT) instead of failing at once.
+                config = get_config()
                 client = redis.Redis(
-                    connection_pool=redis.ConnectionPool(
-                        connection_class=connection_class, **kwargs
+                    connection_pool=redis.BlockingConnectionPool(
+                        connection_class=connection_class,
+                        max_connections=config["MAX_CONNECTIONS"],
+                        timeout=config["SOCKET_TIMEOUT"],
+                        **kwargs,
                     )
                 )
             _sync_clients[alias] = client
@@ -227,8 +233,14 @@ def _build_async(alias: str) -> redis.asyncio.Redis:
     allowed = _init_parameters(connection_class)
     kwargs = {k: v for k, v in pool.connection_kwargs.items() if k in allowed}
     kwargs["retry"] = redis.asyncio.retry.Retry(NoBackoff(), 0)
+    config = get_config()
     return redis.asyncio.Redis(
-        connection_pool=redis.asyncio.ConnectionPool(connection_class=connection_class, **kwargs)
+        connection_pool=redis.asyncio.BlockingConnectionPool(
+            connection_class=connection_class,
+            max_connections=config["MAX_CONNECTIONS"],
+            timeout=config["SOCKET_TIMEOUT"],
+            **kwargs,
+        )
     )
 
 

@@ -28,21 +28,37 @@ def current_thread_label() -> str:
     return label
 
 
-def holder_fields(purpose: str | None, watchdog: bool, ttl_ms: int) -> list[str | int]:
-    """Flat field/value pairs for the metadata hash (see scripts/acquire.lua)."""
-    return [
-        "host",
-        hostname(),
-        "pid",
-        os.getpid(),
-        "thread",
-        current_thread_label(),
-        "purpose",
-        purpose or "",
-        "acquired_at",
-        repr(time.time()),
-        "watchdog",
-        1 if watchdog else 0,
-        "ttl_ms",
-        ttl_ms,
-    ]
+#: Separates the fields of the holder description (not printable, so never in a name).
+SEPARATOR = "\x1f"
+
+
+def holder_description(purpose: str | None, watchdog: bool, ttl_ms: int) -> str:
+    """host, pid, thread, purpose, acquired-at, watchdog flag and TTL, in one string.
+
+    One string (not one hash field each) keeps the acquire call small and the
+    held lock's memory low; :func:`parse_holder` reads it back.
+    """
+    return SEPARATOR.join(
+        (
+            hostname(),
+            str(os.getpid()),
+            current_thread_label().replace(SEPARATOR, " "),
+            (purpose or "").replace(SEPARATOR, " "),
+            repr(time.time()),
+            "1" if watchdog else "0",
+            str(ttl_ms),
+        )
+    )
+
+
+HOLDER_FIELDS = ("host", "pid", "thread", "purpose", "acquired_at", "watchdog", "ttl_ms")
+
+
+def parse_holder(description: str) -> dict[str, str]:
+    """The fields of a :func:`holder_description` string."""
+    return dict(zip(HOLDER_FIELDS, description.split(SEPARATOR), strict=False))
+
+
+def holder_fields(purpose: str | None, watchdog: bool, ttl_ms: int) -> list[str]:
+    """The holder argument(s) of scripts/acquire.lua (ARGV[4])."""
+    return [holder_description(purpose, watchdog, ttl_ms)]

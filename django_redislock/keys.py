@@ -3,6 +3,7 @@
 A lock named ``N`` under prefix ``P`` keeps every key in one hash slot by
 wrapping the name in a hash tag: ``P:{N}`` holds the token, and companion keys
 ``P:{N}:fence`` (counter, no TTL), ``P:{N}:meta`` (holder metadata, same TTL)
+and ``P:{N}:claim`` (the longest waiter's claim on the next turn, short TTL)
 live beside it. Releases are published on channel ``P:{N}:released``.
 """
 
@@ -80,11 +81,12 @@ class LockKeys:
     fence: str
     meta: str
     channel: str
+    claim: str
 
     @classmethod
     def build(cls, prefix: str, name: str) -> LockKeys:
         key = f"{prefix}:{{{name}}}"
-        return cls(name, key, f"{key}:fence", f"{key}:meta", f"{key}:released")
+        return cls(name, key, f"{key}:fence", f"{key}:meta", f"{key}:released", f"{key}:claim")
 
 
 def name_from_key(prefix: str, key: str) -> str | None:

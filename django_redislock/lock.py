@@ -31,9 +31,9 @@ from .exceptions import (
     LockNotOwned,
     RedisLockError,
 )
-from .holder import holder_fields
+from .holder import holder_description
 from .keys import LockKeys, validate_name, validate_prefix, validate_seconds, validate_ttl
-from .scripts import ACQUIRE, EXTEND, RELEASE
+from .scripts import ACQUIRE, EXTEND, RELEASE, UNCLAIM
 from .transactions import defer_release_to_commit
 
 acquire_logger = logging.getLogger("django_redislock.acquire")
@@ -47,6 +47,10 @@ UNREACHABLE = (RedisConnectionError, RedisTimeoutError, ReadOnlyError, OSError)
 
 #: Upper bound of one wait while subscribed, a safety net for a lost message.
 MAX_SUBSCRIBED_WAIT = 2.0
+#: How long the longest waiter's claim on the next turn lives without a refresh.
+#: A waiter refreshes it at least every MAX_SUBSCRIBED_WAIT; a crashed waiter's
+#: claim holds others back at most this long.
+CLAIM_MS = int((MAX_SUBSCRIBED_WAIT + 0.5) * 1000)
 
 # Strong references to clean-up tasks started when an async call is cancelled.
 _background_tasks: set[asyncio.Task[Any]] = set()
@@ -110,6 +114,8 @@ class BaseLock:
         self.valid_until: float | None = None
         #: The holder's remaining TTL (seconds) seen by the last failed attempt.
         self.last_holder_ttl: float | None = None
+        #: ms the current acquire has waited (sent with each attempt: longest waiter first).
+        self._waited_ms = 0
 
     @property
     def lost(self) -> bool:
@@ -154,6 +160,12 @@ class BaseLock:
 
     def _backend_error(self, exc: BaseException) -> RedisLockError:
         raise NotImplementedError
+
+    def _do_unclaim(self, token: str) -> None:
+        """Drop this waiter's claim on the next turn (no claims: nothing to do)."""
+
+    async def _ado_unclaim(self, token: str) -> None:
+        """Async twin of :meth:`_do_unclaim`."""
 
     def _wake_alias(self) -> str | None:
         """The alias whose pub/sub wakes waiters, or None to use backoff only."""
@@ -270,10 +282,13 @@ class BaseLock:
         wait_for = self._resolve_wait(blocking, timeout)
         self._check_not_held()
         token = new_token()
-        deadline = None if wait_for is None else clock() + wait_for
+        first = clock()
+        deadline = None if wait_for is None else first + wait_for
         alias = self._wake_alias()
-        waiter = None
+        # Already subscribed (a busy lock): register first, so no retry is needed.
+        waiter = None if alias is None else waiting.register_if_confirmed(alias, self.keys.channel)
         delays = waiting.backoff_delays()
+        self._waited_ms = 0
         try:
             while True:
                 if waiter is not None:
@@ -287,12 +302,19 @@ class BaseLock:
                 except RedisError as exc:
                     raise self._backend_error(exc) from exc
                 if ok:
+                    if waiter is not None:
+                        waiter.acquired = True
                     self._took(token, value, started)
                     return True
                 self.last_holder_ttl = value / 1000 if value > 0 else None
-                if deadline is not None and clock() >= deadline:
+                now = clock()
+                if deadline is not None and now >= deadline:
                     acquire_logger.debug("gave up on %r", self.name)
+                    if self._waited_ms:
+                        self._unclaim_quietly(token)
                     return False
+                # From the second attempt on we are a waiter with a place in line.
+                self._waited_ms = max(1, int((now - first) * 1000))
                 registered_now = waiter is None and alias is not None
                 if registered_now:
                     waiter = waiting.register(alias, self.keys.channel)
@@ -305,6 +327,12 @@ class BaseLock:
         finally:
             if waiter is not None:
                 waiter.close()
+
+    def _unclaim_quietly(self, token: str) -> None:
+        try:
+            self._do_unclaim(token)
+        except Exception as exc:  # the claim expires by itself
+            acquire_logger.info("Could not drop the claim on %r: %s", self.name, exc)
 
     def release(self) -> None:
         """Release the lock; :class:`LockNotOwned` if this object no longer holds it."""
@@ -421,10 +449,17 @@ class BaseLock:
         wait_for = self._resolve_wait(blocking, timeout)
         self._check_not_held()
         token = new_token()
-        deadline = None if wait_for is None else clock() + wait_for
+        first = clock()
+        deadline = None if wait_for is None else first + wait_for
         alias = self._wake_alias()
-        waiter = None
+        loop = asyncio.get_running_loop()
+        waiter = (
+            None
+            if alias is None
+            else waiting.register_if_confirmed(alias, self.keys.channel, loop=loop)
+        )
         delays = waiting.backoff_delays()
+        self._waited_ms = 0
         try:
             while True:
                 if waiter is not None:
@@ -446,25 +481,40 @@ class BaseLock:
                 except RedisError as exc:
                     raise self._backend_error(exc) from exc
                 if ok:
+                    if waiter is not None:
+                        waiter.acquired = True
                     self._took(token, value, started, in_loop=True)
                     return True
                 self.last_holder_ttl = value / 1000 if value > 0 else None
-                if deadline is not None and clock() >= deadline:
+                now = clock()
+                if deadline is not None and now >= deadline:
+                    if self._waited_ms:
+                        await self._aunclaim_quietly(token)
                     return False
+                self._waited_ms = max(1, int((now - first) * 1000))
                 registered_now = waiter is None and alias is not None
                 if registered_now:
-                    waiter = waiting.register(
-                        alias, self.keys.channel, loop=asyncio.get_running_loop()
-                    )
+                    waiter = waiting.register(alias, self.keys.channel, loop=loop)
                 mode = self._wait_mode(waiter, registered_now)
                 pause = self._next_wait(value, deadline, mode, delays)
-                if waiter is not None:
-                    await waiter.await_wake(pause)
-                else:
-                    await asyncio.sleep(pause)
+                try:
+                    if waiter is not None:
+                        await waiter.await_wake(pause)
+                    else:
+                        await asyncio.sleep(pause)
+                except asyncio.CancelledError:
+                    if self._waited_ms:
+                        _in_background(self._ado_unclaim(token))
+                    raise
         finally:
             if waiter is not None:
                 waiter.close()
+
+    async def _aunclaim_quietly(self, token: str) -> None:
+        try:
+            await self._ado_unclaim(token)
+        except Exception as exc:  # the claim expires by itself
+            acquire_logger.info("Could not drop the claim on %r: %s", self.name, exc)
 
     async def arelease(self) -> None:
         """Async twin of :meth:`release`. Cancelling it still releases the lock."""
@@ -577,10 +627,22 @@ class Lock(BaseLock):
 
     # Arguments of the scripts, built once per lock object.
     def _acquire_args(self, token: str) -> tuple[list[str], list[Any]]:
-        keys = [self.keys.key, self.keys.fence, self.keys.meta]
-        args: list[Any] = [token, self._ttl_ms, "1" if self.fencing else "0"]
-        args += holder_fields(self.purpose, self.watchdog, self._ttl_ms)
-        return keys, args
+        keys = self.keys
+        return [keys.key, keys.fence, keys.meta, keys.claim], [
+            token,
+            self._ttl_ms,
+            "1" if self.fencing else "0",
+            holder_description(self.purpose, self.watchdog, self._ttl_ms),
+            self._waited_ms,
+            CLAIM_MS,
+        ]
+
+    def _do_unclaim(self, token: str) -> None:
+        UNCLAIM(self._client(), [self.keys.claim], [token])
+
+    async def _ado_unclaim(self, token: str) -> None:
+        client = await async_lock_client(self.connection)
+        await UNCLAIM.acall(client, [self.keys.claim], [token])
 
     def _wake_alias(self) -> str | None:
         return self.connection if get_config()["PUBSUB_WAKEUP"] else None

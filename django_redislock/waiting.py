@@ -48,7 +48,7 @@ def backoff_delays(base: float = 0.002, cap: float = 0.064) -> Iterator[float]:
 class Waiter:
     """One blocked acquirer, woken by a release on its lock's channel."""
 
-    __slots__ = ("_event", "_future", "_listener", "_loop", "_woken", "channel")
+    __slots__ = ("_event", "_future", "_listener", "_loop", "_woken", "acquired", "channel")
 
     def __init__(self, listener: _AliasListener, channel: bytes, loop: Any = None) -> None:
         self._listener = listener
@@ -58,6 +58,8 @@ class Waiter:
         # Async waiters: a flag and a future, touched only in the loop's thread.
         self._woken = False
         self._future: asyncio.Future[bool] | None = None
+        #: Set by the acquirer when it got the lock (a wake it did not use is passed on).
+        self.acquired = False
 
     @property
     def subscribed(self) -> bool:
@@ -106,8 +108,14 @@ class Waiter:
             timer.cancel()
             self._future = None
 
+    @property
+    def woken(self) -> bool:
+        """A wake-up arrived that no attempt has used yet."""
+        return self._event.is_set() if self._event is not None else self._woken
+
     def close(self) -> None:
-        self._listener.remove(self)
+        # A release woke us but we leave without the lock: wake the next one.
+        self._listener.remove(self, pass_wake=self.woken and not self.acquired)
 
 
 def _resolve(future: asyncio.Future[bool], value: bool) -> None:
@@ -121,7 +129,8 @@ class _AliasListener:
     def __init__(self, alias: str) -> None:
         self.alias = alias
         self._lock = threading.Lock()
-        self._waiters: dict[bytes, set[Waiter]] = {}
+        # Per channel, in arrival order: a release wakes the longest local waiter.
+        self._waiters: dict[bytes, dict[Waiter, None]] = {}
         self._subscribed: set[bytes] = set()  # requested on the connection
         self._confirmed: set[bytes] = set()  # confirmed by the server
         self._linger: dict[bytes, float] = {}  # channel -> unsubscribe deadline
@@ -135,7 +144,7 @@ class _AliasListener:
     # -- called from waiting threads / event loops ------------------------
     def add(self, waiter: Waiter) -> None:
         with self._lock:
-            self._waiters.setdefault(waiter.channel, set()).add(waiter)
+            self._waiters.setdefault(waiter.channel, {})[waiter] = None
             self._linger.pop(waiter.channel, None)
             if waiter.channel not in self._subscribed:
                 self._pending = True
@@ -146,15 +155,28 @@ class _AliasListener:
         else:
             self._poke()
 
-    def remove(self, waiter: Waiter) -> None:
+    def add_if_confirmed(self, waiter: Waiter) -> bool:
+        """Register ``waiter`` only if its channel is already subscribed and confirmed."""
+        with self._lock:
+            if not (self._healthy and waiter.channel in self._confirmed):
+                return False
+            self._waiters.setdefault(waiter.channel, {})[waiter] = None
+            self._linger.pop(waiter.channel, None)
+            return True
+
+    def remove(self, waiter: Waiter, *, pass_wake: bool = False) -> None:
         with self._lock:
             waiters = self._waiters.get(waiter.channel)
             if waiters is None:
                 return
-            waiters.discard(waiter)
+            waiters.pop(waiter, None)
             if not waiters:
                 del self._waiters[waiter.channel]
                 self._linger[waiter.channel] = time.monotonic() + LINGER_SECONDS
+                return
+            following = next(iter(waiters)) if pass_wake else None
+        if following is not None:
+            following.wake()
 
     def is_confirmed(self, channel: bytes) -> bool:
         return self._healthy and channel in self._confirmed
@@ -273,8 +295,10 @@ class _AliasListener:
                     self._confirmed.add(channel)
                 waiters = list(self._waiters.get(channel, ()))
         elif kind == "message":
+            # One release, one winner: wake only the longest-waiting local
+            # waiter; it passes the wake on if it leaves without the lock.
             with self._lock:
-                waiters = list(self._waiters.get(channel, ()))
+                waiters = list(self._waiters.get(channel, ()))[:1]
         else:
             return
         for waiter in waiters:
@@ -293,17 +317,31 @@ _listeners: dict[str, _AliasListener] = {}
 _listeners_lock = threading.Lock()
 
 
-def register(alias: str, channel: str, *, loop: Any = None) -> Waiter:
-    """Register a waiter for releases of ``channel`` on ``alias``; close it when done."""
+def _listener(alias: str) -> _AliasListener:
     listener = _listeners.get(alias)
     if listener is None:
         with _listeners_lock:
             listener = _listeners.get(alias)
             if listener is None:
                 listener = _listeners[alias] = _AliasListener(alias)
+    return listener
+
+
+def register(alias: str, channel: str, *, loop: Any = None) -> Waiter:
+    """Register a waiter for releases of ``channel`` on ``alias``; close it when done."""
+    listener = _listener(alias)
     waiter = Waiter(listener, channel.encode(), loop)
     listener.add(waiter)
     return waiter
+
+
+def register_if_confirmed(alias: str, channel: str, *, loop: Any = None) -> Waiter | None:
+    """A waiter already subscribed (the channel is hot), or None: cheap on a cold lock."""
+    listener = _listeners.get(alias)
+    if listener is None:
+        return None
+    waiter = Waiter(listener, channel.encode(), loop)
+    return waiter if listener.add_if_confirmed(waiter) else None
 
 
 def _reset_after_fork() -> None:

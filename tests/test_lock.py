@@ -20,6 +20,7 @@ from django_redislock import (
     LockNotOwned,
     RedisLockError,
 )
+from django_redislock.holder import parse_holder
 from django_redislock.scripts import ACQUIRE
 
 
@@ -33,9 +34,10 @@ def test_acquire_release_and_state(lock_backend):
     raw = lock_backend.client()
     assert raw.get(lock.key) == lock.token.encode()
     meta = raw.hgetall(lock.key + ":meta")
-    assert meta[b"purpose"] == b"nightly report"
-    assert meta[b"pid"] == str(os.getpid()).encode()
     assert meta[b"fence"] == b"1"
+    holder = parse_holder(meta[b"holder"].decode())
+    assert holder["purpose"] == "nightly report"
+    assert holder["pid"] == str(os.getpid())
     assert 4000 < raw.pttl(lock.key + ":meta") <= 5000
     lock.release()
     assert lock.token is None

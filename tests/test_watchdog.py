@@ -154,10 +154,13 @@ async def test_async_watchdog_and_cancellations(lock_backend):
         await asyncio.sleep(0.01)
     assert lock.valid_until > first + 2 * TTL
     assert await lock.aowned()
+    await lock.arelease()
     # 400 cancelled acquires and releases leave nothing behind.
+    holder = Lock("async-held", ttl=30)
+    await holder.aacquire()
     tasks = []
     for i in range(200):
-        tasks.append(asyncio.ensure_future(Lock("async-dog", timeout=30).aacquire()))
+        tasks.append(asyncio.ensure_future(Lock("async-held", timeout=30).aacquire()))
         other = Lock(f"cancel-rel-{i}", ttl=TTL, watchdog=True)
         await other.aacquire()
         tasks.append(asyncio.ensure_future(other.arelease()))
@@ -165,7 +168,7 @@ async def test_async_watchdog_and_cancellations(lock_backend):
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
-    await lock.arelease()
+    await holder.arelease()
     client = lock_backend.client()
     for _ in range(int((3 * TTL + 5) / 0.02)):
         if not client.keys("redislock:{*}") and not watchdog_module.running():

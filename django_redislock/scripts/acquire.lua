@@ -1,12 +1,15 @@
 -- Acquire a lock: SET NX PX, bump the fence counter and write the holder's
--- metadata, atomically.
+-- metadata, atomically; with a claim key, the longest waiter goes first.
 -- KEYS[1] lock key (string: the token)
 -- KEYS[2] fence counter (integer, no TTL: it must never go back)
--- KEYS[3] holder metadata (hash, same TTL as the lock)
+-- KEYS[3] holder metadata (hash: fence, holder; same TTL as the lock)
+-- KEYS[4] optional claim ("token:waited_ms" of the longest waiter, short TTL)
 -- ARGV[1] token, ARGV[2] TTL in ms, ARGV[3] '1' to bump the fence, '0' not to,
--- ARGV[4..] metadata field/value pairs
--- Returns {1, fence} when acquired (fence 0 without fencing), or {0, pttl} with
--- the holder's remaining TTL in ms when someone else holds it.
+-- ARGV[4] holder description, ARGV[5] ms this caller has waited so far,
+-- ARGV[6] claim TTL in ms
+-- Returns {1, fence} when acquired (fence 0 without fencing), or {0, ms} with
+-- how long the caller may sleep before the next attempt: the holder's
+-- remaining TTL, or the remaining life of a longer waiter's claim.
 local current = redis.call('GET', KEYS[1])
 if current == ARGV[1] then
   -- Our own token is already there: a retried call whose first reply was lost.
@@ -14,15 +17,34 @@ if current == ARGV[1] then
   redis.call('PEXPIRE', KEYS[3], ARGV[2])
   return {1, tonumber(redis.call('HGET', KEYS[3], 'fence') or '0')}
 end
-if current then
-  return {0, redis.call('PTTL', KEYS[1])}
+local waited = tonumber(ARGV[5] or '0')
+local claimant, claimed = nil, -1
+if KEYS[4] then
+  local claim = redis.call('GET', KEYS[4])
+  if claim then
+    local sep = string.find(claim, ':', 1, true)
+    claimant = string.sub(claim, 1, sep - 1)
+    claimed = tonumber(string.sub(claim, sep + 1))
+  end
+end
+if current or (claimant and claimant ~= ARGV[1] and claimed > waited) then
+  -- Held, or a longer waiter has the next turn. The longest waiter claims it.
+  if KEYS[4] and waited > 0 and (claimant == nil or claimant == ARGV[1] or waited > claimed) then
+    redis.call('SET', KEYS[4], ARGV[1] .. ':' .. waited, 'PX', ARGV[6])
+  end
+  if current then
+    return {0, redis.call('PTTL', KEYS[1])}
+  end
+  return {0, redis.call('PTTL', KEYS[4])}
+end
+if claimant == ARGV[1] then
+  redis.call('DEL', KEYS[4])
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 local fence = 0
 if ARGV[3] == '1' then
   fence = redis.call('INCR', KEYS[2])
 end
-redis.call('DEL', KEYS[3])
-redis.call('HSET', KEYS[3], 'fence', fence, unpack(ARGV, 4))
+redis.call('HSET', KEYS[3], 'fence', fence, 'holder', ARGV[4])
 redis.call('PEXPIRE', KEYS[3], ARGV[2])
 return {1, fence}
