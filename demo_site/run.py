@@ -106,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     def stop(*_: object) -> None:
         raise KeyboardInterrupt
 
+    # Ctrl-C and SIGTERM both stop everything (set explicitly: a shell that starts us in
+    # the background hands us SIGINT ignored).
+    signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
     try:
         servers, state = _start_servers(args.redlock_nodes)
@@ -152,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 0
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # let the clean-up finish
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         for child in reversed(children):
             if child.poll() is None:
                 child.terminate()

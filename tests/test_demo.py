@@ -41,7 +41,13 @@ MANAGE = ROOT / "demo_site" / "manage.py"
 PASSWORD = "demo-test-password"
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
-IMG = ROOT / "docs" / "img"
+#: Screenshots go to a temporary directory, or to docs/img/ (what the README shows) with
+#: REDISLOCK_UPDATE_SCREENSHOTS=1.
+IMG = (
+    ROOT / "docs" / "img"
+    if os.environ.get("REDISLOCK_UPDATE_SCREENSHOTS") == "1"
+    else Path(tempfile.gettempdir()) / "redislock-demo-screenshots"
+)
 
 pytestmark = pytest.mark.slow
 
