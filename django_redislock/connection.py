@@ -183,11 +183,12 @@ async def async_node_client(alias: str, host: str, port: int) -> redis.asyncio.R
     if client is None:
         import redis.asyncio.connection as aconn
 
-        connection_class = cluster.nodes_manager.connection_kwargs.get(
+        manager: Any = cluster.nodes_manager  # type: ignore[attr-defined]
+        connection_class = manager.connection_kwargs.get(
             "connection_class", aconn.Connection
         )
         allowed = _init_parameters(connection_class) - {"redis_connect_func"}
-        kwargs = {k: v for k, v in cluster.nodes_manager.connection_kwargs.items() if k in allowed}
+        kwargs = {k: v for k, v in manager.connection_kwargs.items() if k in allowed}
         kwargs.update(host=host, port=port, retry=redis.asyncio.retry.Retry(NoBackoff(), 0))
         client = per_loop[name] = redis.asyncio.Redis(
             connection_pool=redis.asyncio.ConnectionPool(

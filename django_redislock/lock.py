@@ -316,7 +316,7 @@ class BaseLock:
                 # From the second attempt on we are a waiter with a place in line.
                 self._waited_ms = max(1, int((now - first) * 1000))
                 registered_now = waiter is None and alias is not None
-                if registered_now:
+                if registered_now and alias is not None:
                     waiter = waiting.register(alias, self.keys.channel)
                 mode = self._wait_mode(waiter, registered_now)
                 pause = self._next_wait(value, deadline, mode, delays)
@@ -493,7 +493,7 @@ class BaseLock:
                     return False
                 self._waited_ms = max(1, int((now - first) * 1000))
                 registered_now = waiter is None and alias is not None
-                if registered_now:
+                if registered_now and alias is not None:
                     waiter = waiting.register(alias, self.keys.channel, loop=loop)
                 mode = self._wait_mode(waiter, registered_now)
                 pause = self._next_wait(value, deadline, mode, delays)

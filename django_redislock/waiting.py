@@ -88,6 +88,7 @@ class Waiter:
 
     def wait(self, seconds: float) -> bool:
         """Block up to ``seconds``; True when woken."""
+        assert self._event is not None, "a sync waiter"
         return self._event.wait(max(seconds, 0.0))
 
     async def await_wake(self, seconds: float) -> bool:
@@ -288,6 +289,8 @@ class _AliasListener:
         channel = message.get("channel")
         if isinstance(channel, str):
             channel = channel.encode()
+        if not isinstance(channel, bytes):
+            return
         if kind == "subscribe":
             with self._lock:
                 self._healthy = True
