@@ -64,7 +64,7 @@ DRIFT_FACTOR = 0.01
 DRIFT_FIXED = 0.002
 #: Default per-node timeout: this fraction of the TTL, clamped to the bounds below.
 NODE_TIMEOUT_FRACTION = 0.1
-NODE_TIMEOUT_MIN = 0.005
+NODE_TIMEOUT_MIN = 0.05
 NODE_TIMEOUT_MAX = 0.25
 
 
@@ -74,8 +74,9 @@ def clock_drift(ttl: float) -> float:
 
 
 def default_node_timeout(ttl: float) -> float:
-    """The per-node timeout used when none is given: ttl/10 within 5..250 ms."""
-    return min(max(ttl * NODE_TIMEOUT_FRACTION, NODE_TIMEOUT_MIN), NODE_TIMEOUT_MAX)
+    """The per-node timeout used when none is given: ttl/10 within 50..250 ms, <= ttl/3."""
+    floor = min(NODE_TIMEOUT_MIN, ttl / 3)
+    return min(max(ttl * NODE_TIMEOUT_FRACTION, floor), NODE_TIMEOUT_MAX)
 
 
 def _clock() -> float:
@@ -142,7 +143,13 @@ _tasks: set[asyncio.Future[Any]] = set()
 
 def _keep(task: asyncio.Future[Any]) -> None:
     _tasks.add(task)
-    task.add_done_callback(_tasks.discard)
+    task.add_done_callback(_forget_task)
+
+
+def _forget_task(task: asyncio.Future[Any]) -> None:
+    _tasks.discard(task)
+    if not task.cancelled():
+        task.exception()  # retrieved: a straggler's failure is no news
 
 
 # -- node calls and scatter/gather ----------------------------------------------------
@@ -155,7 +162,9 @@ async def _node_call(
     """Run ``op(client)`` on one node within ``timeout``, after its previous call ended.
 
     Queuing behind ``after`` (this lock's previous call on the same node) keeps a
-    compare-and-delete from overtaking the acquire it cleans up after.
+    compare-and-delete from overtaking the acquire it cleans up after. The deadline
+    does not depend on the client honouring cancellation: at the deadline the call is
+    cancelled and reported as timed out at once, whatever the cancelled call still does.
     """
     if after is not None and not after.done():
         try:
@@ -163,18 +172,22 @@ async def _node_call(
         except AttributeError:  # pragma: no cover - not an asyncio future
             same_loop = False
         if same_loop:
-            await asyncio.wait({after})  # bounded: it has its own timeout
+            await asyncio.wait({after}, timeout=timeout)
+    call = asyncio.ensure_future(_call(alias, op))
+    done, _ = await asyncio.wait({call}, timeout=timeout)
+    if not done:
+        call.cancel()  # the client disconnects that connection: no reply out of step
+        _keep(call)
+        raise TimeoutError(f"no answer within {timeout * 1000:g} ms")
+    return call.result()
+
+
+async def _call(alias: str, op: NodeOp) -> Any:
     client = await async_lock_client(alias)
     runner = _runner
     if runner is not None and client not in _loop_clients and runner.loop is _running_loop():
         _loop_clients.add(client)
-    if _timeout_cm is None:  # Python 3.10
-        return await asyncio.wait_for(op(client), timeout)
-    async with _timeout_cm(timeout):  # no extra task per call, unlike wait_for
-        return await op(client)
-
-
-_timeout_cm: Any = getattr(asyncio, "timeout", None)
+    return await op(client)
 
 
 def _running_loop() -> asyncio.AbstractEventLoop:
@@ -306,7 +319,7 @@ class Redlock(BaseLock):
     ``fence``, ``lost``, watchdog). ``connections``: an odd number (>= 3) of
     cache aliases, default ``REDISLOCK["REDLOCK_CONNECTIONS"]``. ``node_timeout``:
     seconds one node may take to answer one step (default ttl/10 within
-    5..250 ms). See ``docs/redlock.md``.
+    50..250 ms, at most ttl/3). See ``docs/redlock.md``.
     """
 
     def __init__(
@@ -444,21 +457,34 @@ class Redlock(BaseLock):
                 "Redlock %r: majority granted but %s", self.name,
                 "the fence write-back failed" if not written else "no validity left",
             )  # fmt: skip
+        acquire_logger.debug(
+            "Redlock %r attempt failed: %s", self.name,
+            {alias: _describe(r) if _failed(r) else r for alias, r in results.items()},
+        )  # fmt: skip
         # Failed: delete our token everywhere, each delete queued behind that node's call.
-        await self._cleanup(token)
-        final = {alias: _outcome(task) for alias, task in tasks.items()}
-        answered = [alias for alias, r in final.items() if not _failed(r)]
+        cleanups = await self._cleanup(token, wait=False)
+        answered = [alias for alias, r in results.items() if not _failed(r)]
+        pending = [alias for alias in self.connections if alias not in results]
+        if len(answered) < quorum <= len(answered) + len(pending):
+            # Not enough answers yet to tell "busy" from "unavailable": wait for them.
+            await asyncio.wait({tasks[alias] for alias in pending})
+            results.update((alias, _outcome(tasks[alias])) for alias in pending)
+            answered = [alias for alias, r in results.items() if not _failed(r)]
+        # The nodes that answered are cleaned before we return; the others in the background.
+        if answered:
+            await asyncio.wait({cleanups[alias] for alias in answered})
         if len(answered) < quorum:
             self._attempt = None
             missing = [alias for alias in self.connections if alias not in answered]
-            errors = {alias: final[alias] for alias in missing}
+            errors = {alias: results.get(alias) for alias in missing}
             raise LockBackendUnavailable(
                 f"Redlock {self.name!r}: only {len(answered)} of {total} nodes answered, "
                 f"{quorum} needed; unreachable: "
                 + ", ".join(f"{alias} ({_describe(errors[alias])})" for alias in missing),
                 lock_name=self.name,
                 aliases=missing,
-            ) from _first_error(errors)
+            ) from _first_error({a: e for a, e in errors.items() if e is not None})
+        final = results
         held = sorted(
             int(r[1]) for r in final.values() if not _failed(r) and not _granted(r) and r[1] > 0
         )
@@ -491,15 +517,25 @@ class Redlock(BaseLock):
         results, _ = await _scatter(lagging, op, self.node_timeout, self._inflight, enough)
         return _count(results, 1) >= need
 
-    async def _cleanup(self, token: str) -> None:
+    async def _cleanup(self, token: str, *, wait: bool = True) -> dict[str, asyncio.Future[Any]]:
+        """Compare-and-delete ``token`` on every node; with ``wait``, until all answered."""
         op = _script_op(RELEASE, [self.keys.key, self.keys.meta], [token, self.keys.channel])
-        results, _ = await _scatter(self.connections, op, self.node_timeout, self._inflight)
-        failed = [alias for alias, r in results.items() if _failed(r)]
-        if failed:
-            acquire_logger.info(
-                "Redlock %r: could not clean up on %s (the key expires in %.3fs)",
-                self.name, ", ".join(failed), self.ttl,
-            )  # fmt: skip
+        enough = None if wait else (lambda results: True)
+        _, tasks = await _scatter(self.connections, op, self.node_timeout, self._inflight, enough)
+        for alias, task in tasks.items():
+            task.add_done_callback(self._log_cleanup_failure(alias))
+        return tasks
+
+    def _log_cleanup_failure(self, alias: str) -> Callable[[asyncio.Future[Any]], None]:
+        def callback(task: asyncio.Future[Any]) -> None:
+            result = None if task.cancelled() else task.result()
+            if result is None or _failed(result):
+                acquire_logger.info(
+                    "Redlock %r: could not clean up on %s (%s); the key expires in %.3fs",
+                    self.name, alias, _describe(result), self.ttl,
+                )  # fmt: skip
+
+        return callback
 
     def _attempt_token(self, base_token: str) -> str:
         attempt = self._attempt
