@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
                         continue
                     if result.violations:
                         counts[protected] += 1
-                        if args.verbose and protected:
+                        if protected or args.verbose:  # a protected violation is a finding
                             for line in result.violations:
                                 print(f"    {name}: {line}", file=sys.stderr)
             note = f"{time.monotonic() - t0:.1f}s"
