@@ -102,12 +102,8 @@ def test_check_issued_fences():
 # -- found by the suite ------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="redis-py 8 caps ConnectionPool at 100 connections; the lock's own pools "
-    "(connection.py) do not set max_connections, so the 101st concurrent call fails with "
-    "MaxConnectionsError -> LockBackendUnavailable although Redis is fine",
-)
+# Found by the lifecycle scenario (redis-py 8 caps a pool at 100 connections); fixed by
+# REDISLOCK["MAX_CONNECTIONS"] blocking pools.
 async def test_more_concurrent_async_acquires_than_the_pool_cap(real_backend):
     from django_redislock import Lock
 
