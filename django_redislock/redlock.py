@@ -401,9 +401,10 @@ class Redlock(BaseLock):
         jitter = previous[2] if previous is not None and previous[0] == base_token else 0.0
         token = new_token()
         self._attempt = (base_token, token, 0.0)
+        # No claim key (KEYS[4]): Redlock waiters take turns by retrying, not by hand-over.
         args: list[Any] = [token, self._ttl_ms, "1" if self.fencing else "0"]
         args += holder_fields(self.purpose, self.watchdog, self._ttl_ms)
-        args += ["redlock", len(self.connections)]
+        args += [0, 0]  # ms waited, claim TTL: unused without a claim key
         return token, args, jitter
 
     def _do_acquire(self, token: str) -> tuple[bool, int]:
