@@ -110,11 +110,13 @@ def test_release_with_token_prefix(lock_backend):
     with pytest.raises(CommandError, match="at least 6"):
         run("release", "job", "--yes", "--token", "abc")
     assert lock_info("job") is not None
-    run("release", "job", "--yes", "--token", lock.token[:6])
+    # --token=VALUE: a token may start with "-" (urlsafe base64), which argparse would
+    # take for an option in "--token VALUE".
+    run("release", "job", "--yes", f"--token={lock.token[:6]}")
     assert lock_info("job") is None
     second = Lock("job", ttl=30)
     second.acquire()
-    run("release", "job", "--yes", "--token", second.token)
+    run("release", "job", "--yes", f"--token={second.token}")
     assert lock_info("job") is None
 
 

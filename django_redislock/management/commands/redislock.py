@@ -91,7 +91,8 @@ class Command(BaseCommand):
             default=None,
             help=(
                 "Release only if the holder's token is this (or starts with this, at least "
-                f"{MIN_TOKEN_PREFIX} characters, as `list` shows it)."
+                f"{MIN_TOKEN_PREFIX} characters, as `list` shows it). Write --token=VALUE: "
+                "a token may start with '-'."
             ),
         )
         connection(release)
