@@ -286,7 +286,11 @@ class BaseLock:
         deadline = None if wait_for is None else first + wait_for
         alias = self._wake_alias()
         # Already subscribed (a busy lock): register first, so no retry is needed.
-        waiter = None if alias is None else waiting.register_if_confirmed(alias, self.keys.channel)
+        waiter = (
+            None
+            if alias is None
+            else waiting.register_if_confirmed(alias, self.keys.channel, token=token)
+        )
         delays = waiting.backoff_delays()
         self._waited_ms = 0
         try:
@@ -317,11 +321,17 @@ class BaseLock:
                 self._waited_ms = max(1, int((now - first) * 1000))
                 registered_now = waiter is None and alias is not None
                 if registered_now and alias is not None:
-                    waiter = waiting.register(alias, self.keys.channel)
+                    waiter = waiting.register(alias, self.keys.channel, token=token)
                 mode = self._wait_mode(waiter, registered_now)
                 pause = self._next_wait(value, deadline, mode, delays)
                 if waiter is not None:
                     waiter.wait(pause)
+                    if waiter.granted is not None:
+                        # A release handed the lock to us; it was set after
+                        # our last attempt was sent, so ``started`` is safe.
+                        waiter.acquired = True
+                        self._took(token, waiter.granted, started)
+                        return True
                 else:
                     time.sleep(pause)
         finally:
@@ -456,7 +466,7 @@ class BaseLock:
         waiter = (
             None
             if alias is None
-            else waiting.register_if_confirmed(alias, self.keys.channel, loop=loop)
+            else waiting.register_if_confirmed(alias, self.keys.channel, loop=loop, token=token)
         )
         delays = waiting.backoff_delays()
         self._waited_ms = 0
@@ -494,7 +504,7 @@ class BaseLock:
                 self._waited_ms = max(1, int((now - first) * 1000))
                 registered_now = waiter is None and alias is not None
                 if registered_now and alias is not None:
-                    waiter = waiting.register(alias, self.keys.channel, loop=loop)
+                    waiter = waiting.register(alias, self.keys.channel, loop=loop, token=token)
                 mode = self._wait_mode(waiter, registered_now)
                 pause = self._next_wait(value, deadline, mode, delays)
                 try:
@@ -506,6 +516,10 @@ class BaseLock:
                     if self._waited_ms:
                         _in_background(self._ado_unclaim(token))
                     raise
+                if waiter is not None and waiter.granted is not None:
+                    waiter.acquired = True
+                    self._took(token, waiter.granted, started, in_loop=True)
+                    return True
         finally:
             if waiter is not None:
                 waiter.close()
@@ -628,7 +642,9 @@ class Lock(BaseLock):
     # Arguments of the scripts, built once per lock object.
     def _acquire_args(self, token: str) -> tuple[list[str], list[Any]]:
         keys = self.keys
-        return [keys.key, keys.fence, keys.meta, keys.claim], [
+        # No claims (so no hand-over) when every holder must WAIT for replicas.
+        claim = [] if self.wait_replicas else [keys.claim]
+        return [keys.key, keys.fence, keys.meta, *claim], [
             token,
             self._ttl_ms,
             "1" if self.fencing else "0",
@@ -637,12 +653,16 @@ class Lock(BaseLock):
             CLAIM_MS,
         ]
 
+    def _unclaim_call(self, token: str) -> tuple[list[str], list[str]]:
+        keys = self.keys
+        return [keys.claim, keys.key, keys.meta], [token, keys.channel]
+
     def _do_unclaim(self, token: str) -> None:
-        UNCLAIM(self._client(), [self.keys.claim], [token])
+        UNCLAIM(self._client(), *self._unclaim_call(token))
 
     async def _ado_unclaim(self, token: str) -> None:
         client = await async_lock_client(self.connection)
-        await UNCLAIM.acall(client, [self.keys.claim], [token])
+        await UNCLAIM.acall(client, *self._unclaim_call(token))
 
     def _wake_alias(self) -> str | None:
         return self.connection if get_config()["PUBSUB_WAKEUP"] else None
@@ -671,9 +691,12 @@ class Lock(BaseLock):
         ok, value = ACQUIRE(self._client(), keys, args)
         return ok == 1, int(value)
 
+    def _release_keys(self) -> list[str]:
+        keys = self.keys
+        return [keys.key, keys.meta, keys.claim, keys.fence]
+
     def _do_release(self, token: str) -> bool:
-        keys = [self.keys.key, self.keys.meta]
-        return RELEASE(self._client(), keys, [token, self.keys.channel]) == 1
+        return RELEASE(self._client(), self._release_keys(), [token, self.keys.channel]) == 1
 
     def _do_extend(self, token: str, ttl_ms: int) -> bool:
         keys = [self.keys.key, self.keys.meta]
@@ -713,10 +736,10 @@ class Lock(BaseLock):
         return outcomes
 
     def _orphan_release(self, token: str) -> Callable[[], Any]:
-        alias, keys = self.connection, self.keys
+        alias, keys, release_keys = self.connection, self.keys, self._release_keys()
 
         def release() -> Any:
-            return RELEASE(lock_client(alias), [keys.key, keys.meta], [token, keys.channel])
+            return RELEASE(lock_client(alias), release_keys, [token, keys.channel])
 
         return release
 
@@ -728,9 +751,8 @@ class Lock(BaseLock):
         return ok == 1, int(value)
 
     async def _ado_release(self, token: str) -> bool:
-        keys = [self.keys.key, self.keys.meta]
         client = await async_lock_client(self.connection)
-        return await RELEASE.acall(client, keys, [token, self.keys.channel]) == 1
+        return await RELEASE.acall(client, self._release_keys(), [token, self.keys.channel]) == 1
 
     async def _ado_extend(self, token: str, ttl_ms: int) -> bool:
         keys = [self.keys.key, self.keys.meta]

@@ -48,11 +48,27 @@ def backoff_delays(base: float = 0.002, cap: float = 0.064) -> Iterator[float]:
 class Waiter:
     """One blocked acquirer, woken by a release on its lock's channel."""
 
-    __slots__ = ("_event", "_future", "_listener", "_loop", "_woken", "acquired", "channel")
+    __slots__ = (
+        "_event",
+        "_future",
+        "_listener",
+        "_loop",
+        "_woken",
+        "acquired",
+        "channel",
+        "granted",
+        "token",
+    )
 
-    def __init__(self, listener: _AliasListener, channel: bytes, loop: Any = None) -> None:
+    def __init__(
+        self, listener: _AliasListener, channel: bytes, loop: Any = None, token: str = ""
+    ) -> None:
         self._listener = listener
         self.channel = channel
+        #: The acquirer's token: a release that hands the lock over names it.
+        self.token = token.encode()
+        #: The fence, once a release handed the lock straight to this waiter.
+        self.granted: int | None = None
         self._loop = loop
         self._event = threading.Event() if loop is None else None
         # Async waiters: a flag and a future, touched only in the loop's thread.
@@ -298,10 +314,22 @@ class _AliasListener:
                     self._confirmed.add(channel)
                 waiters = list(self._waiters.get(channel, ()))
         elif kind == "message":
-            # One release, one winner: wake only the longest-waiting local
-            # waiter; it passes the wake on if it leaves without the lock.
+            data = message.get("data")
+            if isinstance(data, str):
+                data = data.encode()
             with self._lock:
-                waiters = list(self._waiters.get(channel, ()))[:1]
+                local = self._waiters.get(channel, {})
+                if isinstance(data, bytes) and data.startswith(b"G:"):
+                    # Handed straight to one waiter ("G:<token>:<fence>"): if it
+                    # is ours, it holds the lock now; nobody else need wake.
+                    _, heir, fence = data.split(b":", 2)
+                    waiters = [w for w in local if w.token == heir][:1]
+                    for waiter in waiters:
+                        waiter.granted = int(fence)
+                else:
+                    # One release, one winner: wake only the longest-waiting
+                    # local waiter; it passes the wake on if it leaves without it.
+                    waiters = list(local)[:1]
         else:
             return
         for waiter in waiters:
@@ -330,20 +358,22 @@ def _listener(alias: str) -> _AliasListener:
     return listener
 
 
-def register(alias: str, channel: str, *, loop: Any = None) -> Waiter:
+def register(alias: str, channel: str, *, loop: Any = None, token: str = "") -> Waiter:
     """Register a waiter for releases of ``channel`` on ``alias``; close it when done."""
     listener = _listener(alias)
-    waiter = Waiter(listener, channel.encode(), loop)
+    waiter = Waiter(listener, channel.encode(), loop, token)
     listener.add(waiter)
     return waiter
 
 
-def register_if_confirmed(alias: str, channel: str, *, loop: Any = None) -> Waiter | None:
+def register_if_confirmed(
+    alias: str, channel: str, *, loop: Any = None, token: str = ""
+) -> Waiter | None:
     """A waiter already subscribed (the channel is hot), or None: cheap on a cold lock."""
     listener = _listeners.get(alias)
     if listener is None:
         return None
-    waiter = Waiter(listener, channel.encode(), loop)
+    waiter = Waiter(listener, channel.encode(), loop, token)
     return waiter if listener.add_if_confirmed(waiter) else None
 
 

@@ -3,7 +3,9 @@
 -- KEYS[1] lock key (string: the token)
 -- KEYS[2] fence counter (integer, no TTL: it must never go back)
 -- KEYS[3] holder metadata (hash: fence, holder; same TTL as the lock)
--- KEYS[4] optional claim ("token:waited_ms" of the longest waiter, short TTL)
+-- KEYS[4] optional claim of the longest waiter on the next turn, short TTL:
+--         "token:waited_ms:ttl_ms:fencing:holder" (what release.lua needs to
+--         hand the lock straight to it)
 -- ARGV[1] token, ARGV[2] TTL in ms, ARGV[3] '1' to bump the fence, '0' not to,
 -- ARGV[4] holder description, ARGV[5] ms this caller has waited so far,
 -- ARGV[6] claim TTL in ms
@@ -22,15 +24,15 @@ local claimant, claimed = nil, -1
 if KEYS[4] then
   local claim = redis.call('GET', KEYS[4])
   if claim then
-    local sep = string.find(claim, ':', 1, true)
-    claimant = string.sub(claim, 1, sep - 1)
-    claimed = tonumber(string.sub(claim, sep + 1))
+    local who, how_long = string.match(claim, '^([^:]+):(%d+):')
+    claimant, claimed = who, tonumber(how_long)
   end
 end
 if current or (claimant and claimant ~= ARGV[1] and claimed > waited) then
   -- Held, or a longer waiter has the next turn. The longest waiter claims it.
   if KEYS[4] and waited > 0 and (claimant == nil or claimant == ARGV[1] or waited > claimed) then
-    redis.call('SET', KEYS[4], ARGV[1] .. ':' .. waited, 'PX', ARGV[6])
+    redis.call('SET', KEYS[4], ARGV[1] .. ':' .. waited .. ':' .. ARGV[2] .. ':' .. ARGV[3]
+      .. ':' .. ARGV[4], 'PX', ARGV[6])
   end
   if current then
     return {0, redis.call('PTTL', KEYS[1])}

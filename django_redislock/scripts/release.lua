@@ -1,10 +1,31 @@
 -- Release a lock only if it still holds our token, and wake the waiters.
--- KEYS[1] lock key, KEYS[2] holder metadata
+-- With a claim (the longest waiter's, see acquire.lua) the lock is handed
+-- straight to that waiter: it learns it holds the lock from the message, with
+-- no round trip of its own.
+-- KEYS[1] lock key, KEYS[2] holder metadata,
+-- KEYS[3] optional claim ("token:waited:ttl_ms:fencing:holder"), KEYS[4] fence counter
 -- ARGV[1] token, ARGV[2] release channel
+-- Publishes '1' (free: try again) or 'G:<token>:<fence>' (handed to that waiter).
 -- Returns 1 when released, 0 when the lock is not ours (expired or re-taken).
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1], KEYS[2])
-  redis.call('PUBLISH', ARGV[2], '1')
-  return 1
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
 end
-return 0
+redis.call('DEL', KEYS[1], KEYS[2])
+local claim = KEYS[3] and redis.call('GET', KEYS[3])
+if claim then
+  local heir, ttl, fencing, holder = string.match(claim, '^([^:]+):%d+:(%d+):([01]):(.*)$')
+  if heir then
+    redis.call('DEL', KEYS[3])
+    redis.call('SET', KEYS[1], heir, 'PX', ttl)
+    local fence = 0
+    if fencing == '1' then
+      fence = redis.call('INCR', KEYS[4])
+    end
+    redis.call('HSET', KEYS[2], 'fence', fence, 'holder', holder)
+    redis.call('PEXPIRE', KEYS[2], ttl)
+    redis.call('PUBLISH', ARGV[2], 'G:' .. heir .. ':' .. fence)
+    return 1
+  end
+end
+redis.call('PUBLISH', ARGV[2], '1')
+return 1

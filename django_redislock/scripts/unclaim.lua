@@ -1,9 +1,16 @@
--- Give up a waiter's claim on the next turn (it timed out or was cancelled).
--- KEYS[1] claim key; ARGV[1] token
--- Returns 1 when the claim was ours and is deleted, else 0.
+-- A waiter leaves (timed out, cancelled): drop its claim, and if the lock was
+-- handed to it meanwhile, release it again so nobody waits for its TTL.
+-- KEYS[1] claim key, KEYS[2] lock key, KEYS[3] holder metadata
+-- ARGV[1] token, ARGV[2] release channel
+-- Returns 2 when a lock handed to us was released, 1 when our claim was dropped, else 0.
 local claim = redis.call('GET', KEYS[1])
 if claim and string.sub(claim, 1, #ARGV[1] + 1) == ARGV[1] .. ':' then
   redis.call('DEL', KEYS[1])
   return 1
+end
+if KEYS[2] and redis.call('GET', KEYS[2]) == ARGV[1] then
+  redis.call('DEL', KEYS[2], KEYS[3])
+  redis.call('PUBLISH', ARGV[2], '1')
+  return 2
 end
 return 0
