@@ -117,7 +117,7 @@ class _Schedule:
             return
         now = _clock()
         if outcome is True:
-            lock.valid_until = started + lock.ttl
+            lock.valid_until = started + lock._validity(started)
             entry.due = started + lock.ttl * RENEW_FRACTION
         elif outcome is False:
             self.entries.pop(id(lock), None)
