@@ -184,9 +184,7 @@ async def async_node_client(alias: str, host: str, port: int) -> redis.asyncio.R
         import redis.asyncio.connection as aconn
 
         manager: Any = cluster.nodes_manager  # type: ignore[attr-defined]
-        connection_class = manager.connection_kwargs.get(
-            "connection_class", aconn.Connection
-        )
+        connection_class = manager.connection_kwargs.get("connection_class", aconn.Connection)
         allowed = _init_parameters(connection_class) - {"redis_connect_func"}
         kwargs = {k: v for k, v in manager.connection_kwargs.items() if k in allowed}
         kwargs.update(host=host, port=port, retry=redis.asyncio.retry.Retry(NoBackoff(), 0))
