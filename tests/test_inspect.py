@@ -18,6 +18,7 @@ from django_redislock import (
     lock_info,
 )
 from django_redislock import inspect as inspection
+from django_redislock.holder import SEPARATOR
 from django_redislock.inspect import (
     CHANGED_HANDS,
     NOT_HELD,
@@ -44,7 +45,8 @@ def hold_raw(
 ) -> dict[str, str]:
     """Hold many locks fast: raw SET/HSET in the lock key layout, pipelined.
 
-    Returns {name: token}. The layout is that of scripts/acquire.lua.
+    Returns {name: token}. The layout is that of scripts/acquire.lua (metadata: the
+    fence and the one-field holder description of django_redislock.holder).
     """
     tokens: dict[str, str] = {}
     pipe = client.pipeline(transaction=False)
@@ -54,19 +56,10 @@ def hold_raw(
         tokens[name] = token
         pipe.set(key, token, px=ttl_ms)
         pipe.incr(f"{key}:fence")
-        pipe.hset(
-            f"{key}:meta",
-            mapping={
-                "host": host,
-                "pid": pid,
-                "thread": "MainThread",
-                "purpose": purpose,
-                "acquired_at": repr(time.time()),
-                "watchdog": 0,
-                "ttl_ms": ttl_ms,
-                "fence": 1,
-            },
+        holder = SEPARATOR.join(
+            [host, str(pid), "MainThread", purpose, repr(time.time()), "0", str(ttl_ms)]
         )
+        pipe.hset(f"{key}:meta", mapping={"fence": 1, "holder": holder})
         pipe.pexpire(f"{key}:meta", ttl_ms)
         if i % batch == 0:
             pipe.execute()
@@ -108,6 +101,14 @@ def test_held_locks_lists_only_locks_with_their_holders(lock_backend):
         assert abs(info.acquired_at.timestamp() - time.time()) < 5
         assert info.short_token == first.token[:6] + "…"
     assert [i.name for i in held_locks() if "\ufffd" not in i.name] == []
+
+
+def test_raw_locks_read_back(lock_backend):
+    hold_raw(lock_backend.client(), ["raw"], host="web-7", pid=99, purpose="p", ttl_ms=9_000)
+    info = lock_info("raw")
+    assert (info.owner.host, info.owner.pid, info.owner.thread) == ("web-7", 99, "MainThread")
+    assert info.purpose == "p" and info.fence == 1 and 8 < info.ttl <= 9
+    assert info.watchdog is False and info.acquired_at is not None
 
 
 def test_pattern_and_literal_names(lock_backend):
