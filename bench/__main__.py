@@ -19,7 +19,7 @@ from bench.adapters import Target, django_settings, ours_skip_reason, setup_djan
 from bench.context import Context
 from bench.proxies import ProxyGroup, proxy_skip_reason
 from bench.report import Section, render_report, write_chart
-from bench.scenarios import contended, inspection, memory, placeholders, redlock, uncontended
+from bench.scenarios import contended, inspection, memory, redlock, uncontended, watchdog
 from bench.servers import Server, server_version, start_server
 from bench.warm import warm_cpus
 
@@ -27,7 +27,7 @@ SCENARIOS: dict[str, tuple[str, Callable[[Context], Section]]] = {
     "1": ("uncontended", uncontended.run),
     "2": ("contended", contended.run),
     "3": ("redlock", redlock.run),
-    "4": ("watchdog", placeholders.run_watchdog),
+    "4": ("watchdog", watchdog.run),
     "5": ("inspection", inspection.run),
     "6": ("memory", memory.run),
 }

@@ -274,6 +274,38 @@ class OursLock:
         self._lock.release()
 
 
+class SignalledOursLock(OursLock):
+    """Ours with a no-op receiver connected to lock_acquired and lock_released.
+
+    The receivers listen to a subclass of ``Lock`` only, so the plain "ours" rows
+    still run with nothing connected for their sender.
+    """
+
+    def __init__(self, target: Target, name: str, ttl: float) -> None:
+        setup_django(target.django_settings)
+        import django_redislock
+        from django_redislock import signals
+
+        cls = _signalled_lock_class(django_redislock.Lock, signals)
+        self._lock = cls(name, ttl=ttl)
+
+
+_SIGNALLED: list[type] = []
+
+
+def _noop_receiver(sender: Any, **kwargs: Any) -> None:
+    return None
+
+
+def _signalled_lock_class(base: type, signals: Any) -> type:
+    if not _SIGNALLED:
+        cls = type("SignalledLock", (base,), {})
+        signals.lock_acquired.connect(_noop_receiver, sender=cls)
+        signals.lock_released.connect(_noop_receiver, sender=cls)
+        _SIGNALLED.append(cls)
+    return _SIGNALLED[0]
+
+
 class AsyncOursLock:
     """``django_redislock.Lock`` through ``aacquire`` / ``arelease``."""
 
@@ -342,6 +374,12 @@ SYNC_PEERS: dict[str, Peer] = {
         ),
         Peer(
             "ours", "django-redislock Lock", lambda t, n, ttl: OursLock(t, n, ttl), ours_skip_reason
+        ),
+        Peer(
+            "ours-signals",
+            "django-redislock Lock, 2 signal receivers",
+            lambda t, n, ttl: SignalledOursLock(t, n, ttl),
+            ours_skip_reason,
         ),
     ]
 }

@@ -18,7 +18,8 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from django_redislock import LockInfo, held_locks, lock_view
+from django_redislock import LockInfo, lock_view
+from django_redislock.inspect import scan_page
 
 from .models import DemoEvent, Ledger, Report
 
@@ -54,7 +55,7 @@ def server_info() -> dict[str, Any]:
 
 def home(request: HttpRequest) -> HttpResponse:
     try:
-        locks = sorted(held_locks(count=200), key=lambda i: i.name)[:50]
+        locks = sorted(scan_page("*", None, 50)[0], key=lambda i: i.name)
         error = None
     except Exception as exc:
         locks, error = [], str(exc)
