@@ -89,3 +89,32 @@ def test_setting_turns_deferral_off(lock_backend, settings):
         with Lock("tx-off") as lock:
             pass
         assert not lock.locked()
+
+
+@pytest.mark.urls("tests.urls_decorators")
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("deferred", [True, False])
+def test_atomic_requests_view_releases_after_commit(lock_backend, client, settings, deferred):
+    """With ATOMIC_REQUESTS the view runs in atomic(): lock_view releases after the commit."""
+    from django.db import connection
+
+    from django_redislock.signals import lock_released
+
+    settings.REDISLOCK = {**settings.REDISLOCK, "RELEASE_AFTER_COMMIT": deferred}
+    seen = []
+
+    def record(sender, lock, **kwargs):
+        seen.append(connection.in_atomic_block)
+
+    lock_released.connect(record, dispatch_uid="atomic-requests")
+    old = connection.settings_dict["ATOMIC_REQUESTS"]
+    connection.settings_dict["ATOMIC_REQUESTS"] = True
+    try:
+        response = client.get("/page/atomic/")
+    finally:
+        connection.settings_dict["ATOMIC_REQUESTS"] = old
+        lock_released.disconnect(dispatch_uid="atomic-requests")
+    assert response.status_code == 200
+    # Deferred: released from on_commit, outside the transaction; else inside it.
+    assert seen == [not deferred]
+    assert not Lock("page:atomic").locked()
