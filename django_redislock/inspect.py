@@ -17,7 +17,7 @@ from .connection import lock_client
 from .exceptions import LockBackendUnavailable, RedisLockError
 from .holder import parse_holder
 from .keys import LockKeys, name_from_key, validate_name, validate_prefix
-from .lock import UNREACHABLE
+from .lock import is_unreachable
 from .scripts import FORCE_RELEASE
 
 
@@ -105,7 +105,7 @@ def _alias(connection: str | None) -> str:
 
 
 def _unavailable(alias: str, name: str | None, exc: BaseException) -> RedisLockError:
-    if isinstance(exc, UNREACHABLE):
+    if is_unreachable(exc):
         return LockBackendUnavailable(
             f"Redis of connection {alias!r} is unavailable: {exc}", lock_name=name, aliases=[alias]
         )

@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from .exceptions import InvalidLockName
 
 MAX_NAME_LENGTH = 256
+#: The longest TTL or timeout accepted: 100 years. Redis refuses far larger
+#: expiry times, and a lock that long is a bug, not a plan.
+MAX_SECONDS = 100 * 365 * 24 * 3600
 
 
 def validate_name(name: object) -> str:
@@ -60,6 +63,8 @@ def validate_seconds(value: object, what: str, *, allow_zero: bool) -> float:
     if value < 0 or (value == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
         raise ValueError(f"{what} must be {bound}, not {value!r}")
+    if value > MAX_SECONDS:
+        raise ValueError(f"{what} must be at most {MAX_SECONDS} seconds (100 years), not {value!r}")
     return value
 
 

@@ -45,6 +45,14 @@ clock: Callable[[], float] = time.monotonic
 #: Errors that mean "the server could not be reached": the outcome is unknown.
 UNREACHABLE = (RedisConnectionError, RedisTimeoutError, ReadOnlyError, OSError)
 
+
+def is_unreachable(exc: BaseException) -> bool:
+    """True for errors meaning "this server cannot take the lock now": connection
+    errors, timeouts, and a read-only replica (Redis 6 reports READONLY raised
+    inside a script as a plain script error, so the message is checked too)."""
+    return isinstance(exc, UNREACHABLE) or "READONLY" in str(exc)
+
+
 #: Upper bound of one wait while subscribed, a safety net for a lost message.
 MAX_SUBSCRIBED_WAIT = 2.0
 #: How long the longest waiter's claim on the next turn lives without a refresh.
@@ -668,7 +676,7 @@ class Lock(BaseLock):
         return self.connection if get_config()["PUBSUB_WAKEUP"] else None
 
     def _backend_error(self, exc: BaseException) -> RedisLockError:
-        if isinstance(exc, UNREACHABLE):
+        if is_unreachable(exc):
             return LockBackendUnavailable(
                 f"Redis for lock {self.name!r} (connection {self.connection!r}) is unavailable: "
                 f"{exc}",

@@ -15,8 +15,9 @@
 local current = redis.call('GET', KEYS[1])
 if current == ARGV[1] then
   -- Our own token is already there: a retried call whose first reply was lost.
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  -- (Metadata first, here and below: it must never outlive the lock key.)
   redis.call('PEXPIRE', KEYS[3], ARGV[2])
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {1, tonumber(redis.call('HGET', KEYS[3], 'fence') or '0')}
 end
 local waited = tonumber(ARGV[5] or '0')
@@ -42,11 +43,11 @@ end
 if claimant == ARGV[1] then
   redis.call('DEL', KEYS[4])
 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 local fence = 0
 if ARGV[3] == '1' then
   fence = redis.call('INCR', KEYS[2])
 end
 redis.call('HSET', KEYS[3], 'fence', fence, 'holder', ARGV[4])
 redis.call('PEXPIRE', KEYS[3], ARGV[2])
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return {1, fence}

@@ -16,13 +16,13 @@ if claim then
   local heir, ttl, fencing, holder = string.match(claim, '^([^:]+):%d+:(%d+):([01]):(.*)$')
   if heir then
     redis.call('DEL', KEYS[3])
-    redis.call('SET', KEYS[1], heir, 'PX', ttl)
     local fence = 0
     if fencing == '1' then
       fence = redis.call('INCR', KEYS[4])
     end
     redis.call('HSET', KEYS[2], 'fence', fence, 'holder', holder)
     redis.call('PEXPIRE', KEYS[2], ttl)
+    redis.call('SET', KEYS[1], heir, 'PX', ttl)
     redis.call('PUBLISH', ARGV[2], 'G:' .. heir .. ':' .. fence)
     return 1
   end
