@@ -26,6 +26,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 from redis.exceptions import RedisError
 
 logger = logging.getLogger("django_redislock.waiting")
@@ -157,6 +159,7 @@ class _AliasListener:
         os.set_blocking(self._wake_w, False)
         self._thread: threading.Thread | None = None
         self._healthy = True
+        self.stopped = False
 
     # -- called from waiting threads / event loops ------------------------
     def add(self, waiter: Waiter) -> None:
@@ -212,18 +215,30 @@ class _AliasListener:
 
     # -- the subscriber thread ---------------------------------------------
     def _run(self) -> None:
+        from .exceptions import LockConfigurationError
+
         delays = backoff_delays(0.05, 2.0)
-        while True:
+        while not self.stopped:
             try:
                 self._serve()
             except (RedisError, OSError, ValueError) as exc:
                 # Loud once when a working subscriber breaks, quiet while it stays down.
-                log = logger.warning if self._healthy else logger.debug
+                log = logger.warning if self._healthy and not self.stopped else logger.debug
                 log("Lock subscriber for %r lost its connection: %s", self.alias, exc)
+            except LockConfigurationError as exc:
+                # The alias is gone from the settings: waiters fall back to backoff.
+                logger.debug("Lock subscriber for %r stops: %s", self.alias, exc)
+                self.stopped = True
             except Exception:
                 logger.exception("Lock subscriber for %r failed", self.alias)
             self._mark_down()
-            self._idle(next(delays) + 0.05)
+            if not self.stopped:
+                self._idle(next(delays) + 0.05)
+
+    def stop(self) -> None:
+        """End the thread (settings changed); its waiters fall back to backoff."""
+        self.stopped = True
+        self._poke()
 
     def _mark_down(self) -> None:
         with self._lock:
@@ -253,10 +268,12 @@ class _AliasListener:
         pubsub = pubsub_client(self.alias).pubsub()
         try:
             while not self._channels_wanted():
+                if self.stopped:
+                    return
                 self._idle(LINGER_SECONDS)
             self._apply_changes(pubsub)
             fileno = _fileno(getattr(pubsub.connection, "_sock", None))
-            while True:
+            while not self.stopped:
                 timeout = self._next_linger_timeout()
                 if fileno is None:  # fakeredis: no real socket to select on
                     message = pubsub.get_message(timeout=min(timeout, 0.005))
@@ -375,6 +392,17 @@ def register_if_confirmed(
         return None
     waiter = Waiter(listener, channel.encode(), loop, token)
     return waiter if listener.add_if_confirmed(waiter) else None
+
+
+@receiver(setting_changed)
+def _settings_changed(*, setting: str, **kwargs: Any) -> None:
+    # New connection settings: stop the subscribers; new waiters start fresh ones.
+    if setting in ("CACHES", "REDISLOCK"):
+        with _listeners_lock:
+            stale = list(_listeners.values())
+            _listeners.clear()
+        for listener in stale:
+            listener.stop()
 
 
 def _reset_after_fork() -> None:
