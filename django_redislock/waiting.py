@@ -343,6 +343,10 @@ class _AliasListener:
                     waiters = [w for w in local if w.token == heir][:1]
                     for waiter in waiters:
                         waiter.granted = int(fence)
+                elif data == b"F":
+                    # Freed outside the turn order (force-release, a leaving
+                    # heir): everyone retries, so a waiting claimant is not missed.
+                    waiters = list(local)
                 else:
                     # One release, one winner: wake only the longest-waiting
                     # local waiter; it passes the wake on if it leaves without it.

@@ -12,5 +12,6 @@ if ARGV[2] ~= '' and current ~= ARGV[2] then
   return -1
 end
 redis.call('DEL', KEYS[1], KEYS[2])
-redis.call('PUBLISH', ARGV[1], '1')
+-- 'F': wake every waiter (a claimant may be queued behind others in its process).
+redis.call('PUBLISH', ARGV[1], 'F')
 return 1

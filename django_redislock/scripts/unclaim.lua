@@ -10,7 +10,7 @@ if claim and string.sub(claim, 1, #ARGV[1] + 1) == ARGV[1] .. ':' then
 end
 if KEYS[2] and redis.call('GET', KEYS[2]) == ARGV[1] then
   redis.call('DEL', KEYS[2], KEYS[3])
-  redis.call('PUBLISH', ARGV[2], '1')
+  redis.call('PUBLISH', ARGV[2], 'F')
   return 2
 end
 return 0
