@@ -141,7 +141,7 @@ def test_release_a_lock_held_by_another_process(
     browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
 
     browser.find_element(By.LINK_TEXT, "Held locks").click()
-    assert browser.find_element(By.TAG_NAME, "h1").text == "Held locks"
+    assert browser.find_element(By.CSS_SELECTOR, "#content h1").text == "Held locks"
     table = browser.find_element(By.ID, "result_list").text
     for name in ["report:nightly-sales", "invoice:2024-00042", "sync:crm-contacts"]:
         assert name in table
