@@ -369,16 +369,9 @@ class HeldLockAdmin(admin.ModelAdmin):
         self._check_view(request)
         alias = self._alias(request)
         name = self._name(object_id)
-        try:
-            info = lock_info(name, connection=alias)
-        except RedisLockError as exc:
-            self.message_user(request, str(exc), messages.ERROR)
-            return HttpResponseRedirect(self._url("changelist"))
-        if info is None:
-            self.message_user(
-                request, f"Lock “{name}” is not held (released or expired).", messages.WARNING
-            )
-            return HttpResponseRedirect(self._url("changelist"))
+        info = self._held(request, name, alias, "is not held (released or expired)")
+        if isinstance(info, HttpResponse):
+            return info
         context = self._context(
             request,
             f"Held lock “{name}”",
@@ -389,6 +382,20 @@ class HeldLockAdmin(admin.ModelAdmin):
             history=self._history(name),
         )
         return TemplateResponse(request, self.detail_template, context)
+
+    def _held(
+        self, request: HttpRequest, name: str, alias: str, not_held: str
+    ) -> LockInfo | HttpResponse:
+        """The lock's holder, or a redirect to the list with a message saying why not."""
+        try:
+            info = lock_info(name, connection=alias)
+        except RedisLockError as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+            return HttpResponseRedirect(self._url("changelist"))
+        if info is None:
+            self.message_user(request, f"Lock “{name}” {not_held}.", messages.WARNING)
+            return HttpResponseRedirect(self._url("changelist"))
+        return info
 
     def _history(self, name: str) -> list[LogEntry]:
         content_type = ContentType.objects.get_for_model(HeldLock, for_concrete_model=False)
@@ -411,16 +418,9 @@ class HeldLockAdmin(admin.ModelAdmin):
             if result is not None and result.status == CHANGED_HANDS and result.info:
                 return HttpResponseRedirect(self._lock_url("change", name, alias))
             return HttpResponseRedirect(self._url("changelist"))
-        try:
-            info = lock_info(name, connection=alias)
-        except RedisLockError as exc:
-            self.message_user(request, str(exc), messages.ERROR)
-            return HttpResponseRedirect(self._url("changelist"))
-        if info is None:
-            self.message_user(
-                request, f"Lock “{name}” is not held; nothing to release.", messages.WARNING
-            )
-            return HttpResponseRedirect(self._url("changelist"))
+        info = self._held(request, name, alias, "is not held; nothing to release")
+        if isinstance(info, HttpResponse):
+            return info
         context = self._context(
             request,
             "Are you sure?",

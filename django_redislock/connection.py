@@ -62,7 +62,6 @@ CONNECTION_KEYS = frozenset(
 
 _lock = threading.Lock()
 _sync_clients: dict[str, redis.Redis] = {}
-_pid = os.getpid()
 _async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Any]] = (
     weakref.WeakKeyDictionary()
 )
@@ -117,10 +116,9 @@ def _lock_pool_kwargs(source: redis.Redis) -> tuple[type, dict[str, Any]] | None
 def lock_client(alias: str) -> redis.Redis:
     """The process-wide sync client for lock commands on ``alias``."""
     client = _sync_clients.get(alias)
-    if client is not None and _pid == os.getpid():
+    if client is not None:
         return client
     with _lock:
-        _check_fork()
         client = _sync_clients.get(alias)
         if client is None and configured(alias) is not None:
             client = _sync_clients[alias] = _build_configured(alias)
@@ -467,13 +465,16 @@ def _build_configured_async(name: str) -> Any:
     return redis.asyncio.Redis.from_url(urls[0], retry=no_retry, **kwargs)
 
 
-def _check_fork() -> None:
-    # A forked child must not share the parent's sockets.
-    global _pid
-    if _pid != os.getpid():
-        _sync_clients.clear()
-        _async_clients.clear()
-        _pid = os.getpid()
+def _forget_after_fork() -> None:
+    # A forked child must not share the parent's sockets (nor a lock a parent
+    # thread held while forking): it builds its own clients on first use.
+    global _lock
+    _lock = threading.Lock()
+    _sync_clients.clear()
+    _async_clients.clear()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def reset_clients() -> None:

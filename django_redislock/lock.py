@@ -254,31 +254,6 @@ class BaseLock:
             return 0.0
         return self.timeout if timeout is None else _validate_timeout(timeout)
 
-    def _next_wait(self, pttl_ms: int, deadline: float | None, mode: str, delays: Any) -> float:
-        """How long to sleep before the next attempt.
-
-        ``mode``: "confirming" (just subscribed: the confirmation wakes us),
-        "subscribed" (a release wakes us) or "backoff" (no pub/sub).
-        """
-        if mode == "confirming":
-            wait = waiting.CONFIRM_TIMEOUT
-        elif mode == "subscribed":
-            wait = MAX_SUBSCRIBED_WAIT
-        else:
-            wait = next(delays)
-        if pttl_ms > 0:  # never sleep past the moment the holder's lock expires
-            wait = min(wait, pttl_ms / 1000 + 0.001)
-        if deadline is not None:
-            wait = min(wait, deadline - clock())
-        return max(wait, 0.0)
-
-    def _wait_mode(self, waiter: Any, registered_now: bool) -> str:
-        if waiter is None:
-            return "backoff"
-        if registered_now:
-            return "confirming"
-        return "subscribed" if waiter.subscribed else "backoff"
-
     # -- sync API -------------------------------------------------------------
     def acquire(self, blocking: bool | None = None, timeout: float | None = None) -> bool:
         """Acquire the lock; True on success, False when the timeout ran out.
@@ -289,22 +264,11 @@ class BaseLock:
         """
         wait_for = self._resolve_wait(blocking, timeout)
         self._check_not_held()
-        token = new_token()
-        first = clock()
-        deadline = None if wait_for is None else first + wait_for
-        alias = self._wake_alias()
-        # Already subscribed (a busy lock): register first, so no retry is needed.
-        waiter = (
-            None
-            if alias is None
-            else waiting.register_if_confirmed(alias, self.keys.channel, token=token)
-        )
-        delays = waiting.backoff_delays()
-        self._waited_ms = 0
+        attempts = _Attempts(self, wait_for)
+        token = attempts.token
         try:
             while True:
-                if waiter is not None:
-                    waiter.clear()
+                attempts.before_attempt()
                 started = clock()
                 try:
                     ok, value = self._do_acquire(token)
@@ -314,37 +278,23 @@ class BaseLock:
                 except RedisError as exc:
                     raise self._backend_error(exc) from exc
                 if ok:
-                    if waiter is not None:
-                        waiter.acquired = True
-                    self._took(token, value, started)
-                    return True
-                self.last_holder_ttl = value / 1000 if value > 0 else None
-                now = clock()
-                if deadline is not None and now >= deadline:
+                    return attempts.won(value, started)
+                pause = attempts.next_pause(value)
+                if pause is None:
                     acquire_logger.debug("gave up on %r", self.name)
                     if self._waited_ms:
                         self._unclaim_quietly(token)
                     return False
-                # From the second attempt on we are a waiter with a place in line.
-                self._waited_ms = max(1, int((now - first) * 1000))
-                registered_now = waiter is None and alias is not None
-                if registered_now and alias is not None:
-                    waiter = waiting.register(alias, self.keys.channel, token=token)
-                mode = self._wait_mode(waiter, registered_now)
-                pause = self._next_wait(value, deadline, mode, delays)
-                if waiter is not None:
-                    waiter.wait(pause)
-                    if waiter.granted is not None:
-                        # A release handed the lock to us; it was set after
-                        # our last attempt was sent, so ``started`` is safe.
-                        waiter.acquired = True
-                        self._took(token, waiter.granted, started)
-                        return True
-                else:
+                if attempts.waiter is None:
                     time.sleep(pause)
+                    continue
+                attempts.waiter.wait(pause)
+                if attempts.waiter.granted is not None:
+                    # A release handed the lock to us; it was set after our
+                    # last attempt was sent, so ``started`` is a safe start.
+                    return attempts.won(attempts.waiter.granted, started)
         finally:
-            if waiter is not None:
-                waiter.close()
+            attempts.close()
 
     def _unclaim_quietly(self, token: str) -> None:
         try:
@@ -466,22 +416,11 @@ class BaseLock:
         """Async twin of :meth:`acquire`. Cancelling it leaves no key behind."""
         wait_for = self._resolve_wait(blocking, timeout)
         self._check_not_held()
-        token = new_token()
-        first = clock()
-        deadline = None if wait_for is None else first + wait_for
-        alias = self._wake_alias()
-        loop = asyncio.get_running_loop()
-        waiter = (
-            None
-            if alias is None
-            else waiting.register_if_confirmed(alias, self.keys.channel, loop=loop, token=token)
-        )
-        delays = waiting.backoff_delays()
-        self._waited_ms = 0
+        attempts = _Attempts(self, wait_for, loop=asyncio.get_running_loop())
+        token = attempts.token
         try:
             while True:
-                if waiter is not None:
-                    waiter.clear()
+                attempts.before_attempt()
                 started = clock()
                 cancels = _cancel_count()
                 try:
@@ -499,38 +438,25 @@ class BaseLock:
                 except RedisError as exc:
                     raise self._backend_error(exc) from exc
                 if ok:
-                    if waiter is not None:
-                        waiter.acquired = True
-                    self._took(token, value, started, in_loop=True)
-                    return True
-                self.last_holder_ttl = value / 1000 if value > 0 else None
-                now = clock()
-                if deadline is not None and now >= deadline:
+                    return attempts.won(value, started)
+                pause = attempts.next_pause(value)
+                if pause is None:
                     if self._waited_ms:
                         await self._aunclaim_quietly(token)
                     return False
-                self._waited_ms = max(1, int((now - first) * 1000))
-                registered_now = waiter is None and alias is not None
-                if registered_now and alias is not None:
-                    waiter = waiting.register(alias, self.keys.channel, loop=loop, token=token)
-                mode = self._wait_mode(waiter, registered_now)
-                pause = self._next_wait(value, deadline, mode, delays)
                 try:
-                    if waiter is not None:
-                        await waiter.await_wake(pause)
-                    else:
+                    if attempts.waiter is None:
                         await asyncio.sleep(pause)
+                    else:
+                        await attempts.waiter.await_wake(pause)
                 except asyncio.CancelledError:
                     if self._waited_ms:
                         _in_background(self._ado_unclaim(token))
                     raise
-                if waiter is not None and waiter.granted is not None:
-                    waiter.acquired = True
-                    self._took(token, waiter.granted, started, in_loop=True)
-                    return True
+                if attempts.waiter is not None and attempts.waiter.granted is not None:
+                    return attempts.won(attempts.waiter.granted, started)
         finally:
-            if waiter is not None:
-                waiter.close()
+            attempts.close()
 
     async def _aunclaim_quietly(self, token: str) -> None:
         try:
@@ -597,6 +523,75 @@ class BaseLock:
     def __repr__(self) -> str:
         state = "held" if self.token else "not held"
         return f"<{type(self).__name__} {self.name!r} {state}>"
+
+
+class _Attempts:
+    """The bookkeeping of one ``acquire()`` / ``aacquire()`` call: token, deadline,
+    the waiter and how long to sleep between attempts. Shared by both twins,
+    which differ only in how they call Redis and how they sleep."""
+
+    __slots__ = ("alias", "deadline", "delays", "first", "lock", "loop", "token", "waiter")
+
+    def __init__(self, lock: BaseLock, wait_for: float | None, loop: Any = None) -> None:
+        self.lock = lock
+        self.loop = loop
+        self.token = new_token()
+        self.first = clock()
+        self.deadline = None if wait_for is None else self.first + wait_for
+        self.alias = lock._wake_alias()
+        self.delays = waiting.backoff_delays()
+        # Already subscribed (a busy lock): register first, so no retry is needed.
+        self.waiter = (
+            None
+            if self.alias is None
+            else waiting.register_if_confirmed(
+                self.alias, lock.keys.channel, loop=loop, token=self.token
+            )
+        )
+        lock._waited_ms = 0
+
+    def before_attempt(self) -> None:
+        if self.waiter is not None:
+            self.waiter.clear()
+
+    def won(self, fence: int, started: float) -> bool:
+        if self.waiter is not None:
+            self.waiter.acquired = True
+        self.lock._took(self.token, fence, started, in_loop=self.loop is not None)
+        return True
+
+    def next_pause(self, pttl_ms: int) -> float | None:
+        """After a refused attempt: seconds to sleep, or None when the timeout ran out.
+
+        The wait is "confirming" right after subscribing (the confirmation wakes
+        us), "subscribed" (a release wakes us) or backoff (no pub/sub); it never
+        runs past the holder's expiry or our deadline.
+        """
+        lock = self.lock
+        lock.last_holder_ttl = pttl_ms / 1000 if pttl_ms > 0 else None
+        now = clock()
+        if self.deadline is not None and now >= self.deadline:
+            return None
+        # From the second attempt on we are a waiter with a place in line.
+        lock._waited_ms = max(1, int((now - self.first) * 1000))
+        if self.waiter is None and self.alias is not None:
+            self.waiter = waiting.register(
+                self.alias, lock.keys.channel, loop=self.loop, token=self.token
+            )
+            wait = waiting.CONFIRM_TIMEOUT
+        elif self.waiter is not None and self.waiter.subscribed:
+            wait = MAX_SUBSCRIBED_WAIT
+        else:
+            wait = next(self.delays)
+        if pttl_ms > 0:  # never sleep past the moment the holder's lock expires
+            wait = min(wait, pttl_ms / 1000 + 0.001)
+        if self.deadline is not None:
+            wait = min(wait, self.deadline - clock())
+        return max(wait, 0.0)
+
+    def close(self) -> None:
+        if self.waiter is not None:
+            self.waiter.close()
 
 
 class Lock(BaseLock):

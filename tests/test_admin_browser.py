@@ -11,7 +11,6 @@ it gone. With ``REDISLOCK_UPDATE_SCREENSHOTS=1`` it also rewrites the screenshot
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -22,9 +21,8 @@ from pathlib import Path
 import pytest
 
 from django_redislock import lock_info
+from tests.browser import MISSING, available, headless_chromium
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 ROOT = Path(__file__).resolve().parent.parent
 # The README's screenshot is rewritten only on request, so a test run leaves the tree clean.
 SCREENSHOT = (
@@ -35,13 +33,7 @@ SCREENSHOT = (
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(
-        not os.path.exists(CHROMIUM) or not os.path.exists(CHROMEDRIVER),
-        reason=(
-            f"needs the system Chromium ({CHROMIUM}) and chromedriver ({CHROMEDRIVER}): "
-            "apt-get install chromium chromium-driver"
-        ),
-    ),
+    pytest.mark.skipif(not available(), reason=MISSING),
 ]
 
 # Run in a separate process: holds a few locks until its stdin closes.
@@ -101,30 +93,8 @@ def holder_process() -> Iterator[subprocess.Popen[str]]:
 
 @pytest.fixture
 def browser() -> Iterator[object]:
-    webdriver = pytest.importorskip("selenium.webdriver")
-    from selenium.webdriver.chrome.service import Service
-
-    profile = tempfile.mkdtemp(prefix="redislock-chromium-")
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for argument in [
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-dev-shm-usage",
-        f"--user-data-dir={profile}",
-        "--window-size=1280,800",
-        "--force-device-scale-factor=1",
-    ]:
-        options.add_argument(argument)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    driver.implicitly_wait(5)
-    try:
+    with headless_chromium("1280,800") as driver:
         yield driver
-    finally:
-        driver.quit()
-        shutil.rmtree(profile, ignore_errors=True)
 
 
 def test_release_a_lock_held_by_another_process(

@@ -33,14 +33,13 @@ from typing import Any
 
 import pytest
 
+from tests.browser import headless_chromium
 from tests.servers import RedisServer, _free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN = ROOT / "demo_site" / "run.py"
 MANAGE = ROOT / "demo_site" / "manage.py"
 PASSWORD = "demo-test-password"
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 #: Screenshots go to a temporary directory, or to docs/img/ (what the README shows) with
 #: REDISLOCK_UPDATE_SCREENSHOTS=1.
 IMG = (
@@ -383,34 +382,8 @@ def test_demo_uses_an_embedded_server_and_stops_it() -> None:
 
 @pytest.fixture
 def chromium() -> Iterator[Any]:
-    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
-        pytest.skip(
-            f"needs the system Chromium ({CHROMIUM}) and chromedriver ({CHROMEDRIVER}): "
-            "apt-get install chromium chromium-driver"
-        )
-    webdriver = pytest.importorskip("selenium.webdriver")
-    from selenium.webdriver.chrome.service import Service
-
-    profile = tempfile.mkdtemp(prefix="redislock-demo-chromium-")
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for argument in [
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        f"--user-data-dir={profile}",
-        "--window-size=1200,900",
-        "--force-device-scale-factor=1",
-    ]:
-        options.add_argument(argument)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    driver.implicitly_wait(5)
-    try:
+    with headless_chromium("1200,900") as driver:
         yield driver
-    finally:
-        driver.quit()
-        shutil.rmtree(profile, ignore_errors=True)
 
 
 def test_browser_walk_home_locked_view_admin_release(demo: Demo, chromium: Any) -> None:
