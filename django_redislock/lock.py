@@ -9,6 +9,7 @@ so :class:`~django_redislock.redlock.Redlock` shares everything else.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import secrets
@@ -274,6 +275,8 @@ class BaseLock:
                     ok, value = self._do_acquire(token)
                 except UNREACHABLE as exc:
                     self._cleanup_quietly(token)
+                    if self._waited_ms:
+                        self._unclaim_quietly(token)
                     raise self._backend_error(exc) from exc
                 except RedisError as exc:
                     raise self._backend_error(exc) from exc
@@ -429,11 +432,16 @@ class BaseLock:
                         # redis-py can swallow a cancel that arrives mid-command.
                         raise asyncio.CancelledError
                 except asyncio.CancelledError:
-                    # The SET may have landed: delete it if it holds our token.
-                    _in_background(self._ado_cleanup(token))
+                    # The SET (or our claim on the next turn) may have landed:
+                    # delete what holds our token before the cancel completes.
+                    await _finish_shielded(self._ado_cleanup(token))
+                    if self._waited_ms:
+                        await _finish_shielded(self._ado_unclaim(token))
                     raise
                 except UNREACHABLE as exc:
                     await self._acleanup_quietly(token)
+                    if self._waited_ms:
+                        await self._aunclaim_quietly(token)
                     raise self._backend_error(exc) from exc
                 except RedisError as exc:
                     raise self._backend_error(exc) from exc
@@ -451,7 +459,9 @@ class BaseLock:
                         await attempts.waiter.await_wake(pause)
                 except asyncio.CancelledError:
                     if self._waited_ms:
-                        _in_background(self._ado_unclaim(token))
+                        # Before the cancel completes: a release must not hand
+                        # the lock to a waiter that is gone.
+                        await _finish_shielded(self._ado_unclaim(token))
                     raise
                 if attempts.waiter is not None and attempts.waiter.granted is not None:
                     return attempts.won(attempts.waiter.granted, started)
@@ -899,6 +909,17 @@ def _in_background(coro: Any) -> asyncio.Task[Any]:
     _background_tasks.add(task)
     task.add_done_callback(_background_done)
     return task
+
+
+async def _finish_shielded(coro: Any) -> None:
+    """Run a clean-up to its end even though the caller is being cancelled.
+
+    A second cancel stops the waiting, not the clean-up; its errors are logged
+    by :func:`_background_done` (the key or claim expires by itself anyway).
+    """
+    task = _in_background(coro)
+    with contextlib.suppress(Exception):
+        await asyncio.shield(task)
 
 
 def _background_done(task: asyncio.Task[Any]) -> None:
