@@ -52,6 +52,7 @@ from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 
+from . import leases
 from .conf import get_config
 from .exceptions import LockConfigurationError
 
@@ -490,6 +491,9 @@ def reset_clients() -> None:
                     for sentinel in getattr(manager, "sentinels", ()):
                         sentinel.close()
         _sync_clients.clear()
+        for per_loop in list(_async_clients.values()):
+            for client in per_loop.values():
+                leases.retire(client)
         _async_clients.clear()
 
 

@@ -42,11 +42,12 @@ import os
 import random
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+from . import leases
 from . import lock as lock_module
 from .conf import get_config
 from .connection import async_lock_client
@@ -77,6 +78,18 @@ def default_node_timeout(ttl: float) -> float:
     """The per-node timeout used when none is given: ttl/10 within 50..250 ms, <= ttl/3."""
     floor = min(NODE_TIMEOUT_MIN, ttl / 3)
     return min(max(ttl * NODE_TIMEOUT_FRACTION, floor), NODE_TIMEOUT_MAX)
+
+
+def connect_budget(ttl: float, node_timeout: float) -> float:
+    """Seconds a node may take to give a ready connection, outside ``node_timeout``.
+
+    A pooled connection is ready at once; a new one pays TCP connect, the
+    handshake and the script loading of a first call, several round trips that
+    a loaded machine can stretch past a node timeout of a few tens of ms.
+    ``SOCKET_CONNECT_TIMEOUT``, at most half the TTL, never below ``node_timeout``.
+    The time counts against the lock's validity like any other.
+    """
+    return max(node_timeout, min(get_config()["SOCKET_CONNECT_TIMEOUT"], ttl / 2))
 
 
 def _clock() -> float:
@@ -153,18 +166,22 @@ def _forget_task(task: asyncio.Future[Any]) -> None:
 
 
 # -- node calls and scatter/gather ----------------------------------------------------
-NodeOp = Callable[[Any], Awaitable[Any]]
+class Deadlines(NamedTuple):
+    """How long one node may take: to answer a command, and to give a ready connection."""
+
+    command: float
+    connect: float
 
 
 async def _node_call(
-    alias: str, op: NodeOp, timeout: float, after: asyncio.Future[Any] | None
+    alias: str, op: leases.Op, deadlines: Deadlines, after: asyncio.Future[Any] | None
 ) -> Any:
-    """Run ``op(client)`` on one node within ``timeout``, after its previous call ended.
+    """Run ``op`` on one node within its deadlines, after its previous call ended.
 
     Queuing behind ``after`` (this lock's previous call on the same node) keeps a
-    compare-and-delete from overtaking the acquire it cleans up after. The deadline
-    does not depend on the client honouring cancellation: at the deadline the call is
-    cancelled and reported as timed out at once, whatever the cancelled call still does.
+    compare-and-delete from overtaking the acquire it cleans up after. Past a
+    deadline the call reports a timeout at once and the library disconnects the
+    connection it gave up on itself (:mod:`django_redislock.leases`).
     """
     if after is not None and not after.done():
         try:
@@ -172,22 +189,12 @@ async def _node_call(
         except AttributeError:  # pragma: no cover - not an asyncio future
             same_loop = False
         if same_loop:
-            await asyncio.wait({after}, timeout=timeout)
-    call = asyncio.ensure_future(_call(alias, op))
-    done, _ = await asyncio.wait({call}, timeout=timeout)
-    if not done:
-        call.cancel()  # the client disconnects that connection: no reply out of step
-        _keep(call)
-        raise TimeoutError(f"no answer within {timeout * 1000:g} ms")
-    return call.result()
-
-
-async def _call(alias: str, op: NodeOp) -> Any:
+            await asyncio.wait({after}, timeout=deadlines.command)
     client = await async_lock_client(alias)
     runner = _runner
     if runner is not None and client not in _loop_clients and runner.loop is _running_loop():
         _loop_clients.add(client)
-    return await op(client)
+    return await leases.call_within(client, op, deadlines.command, deadlines.connect)
 
 
 def _running_loop() -> asyncio.AbstractEventLoop:
@@ -201,6 +208,7 @@ _loop_clients: set[Any] = set()
 
 async def _disconnect(clients: list[Any]) -> None:
     for client in clients:
+        leases.retire(client)
         with contextlib.suppress(Exception):
             await client.connection_pool.disconnect()
 
@@ -238,8 +246,8 @@ def _failed(result: Any) -> bool:
 
 async def _scatter(
     aliases: Iterable[str],
-    op: NodeOp,
-    timeout: float,
+    op: leases.Op,
+    deadlines: Deadlines,
     inflight: dict[str, asyncio.Future[Any]] | None,
     enough: Callable[[dict[str, Any]], bool] | None = None,
 ) -> tuple[dict[str, Any], dict[str, asyncio.Future[Any]]]:
@@ -251,7 +259,7 @@ async def _scatter(
     tasks: dict[str, asyncio.Future[Any]] = {}
     for alias in aliases:
         after = inflight.get(alias) if inflight is not None else None
-        task = asyncio.ensure_future(_capture(_node_call(alias, op, timeout, after)))
+        task = asyncio.ensure_future(_capture(_node_call(alias, op, deadlines, after)))
         _keep(task)
         if inflight is not None:
             inflight[alias] = task
@@ -269,11 +277,8 @@ async def _scatter(
     return results, tasks
 
 
-def _script_op(script: Any, keys: Sequence[str], args: Sequence[Any]) -> NodeOp:
-    def op(client: Any) -> Awaitable[Any]:
-        return script.acall(client, keys, args)
-
-    return op
+def _script_op(script: Any, keys: Sequence[str], args: Sequence[Any]) -> leases.Op:
+    return leases.ScriptOp(script, keys, args)
 
 
 def _count(results: dict[str, Any], value: Any) -> int:
@@ -296,7 +301,7 @@ async def _release_on(
     aliases: Sequence[str],
     keys: LockKeys,
     token: str,
-    timeout: float,
+    deadlines: Deadlines,
     inflight: dict[str, asyncio.Future[Any]] | None,
     quorum: int,
 ) -> tuple[int, dict[str, Any]]:
@@ -307,7 +312,7 @@ async def _release_on(
         return _count(results, 1) >= quorum or _count(results, 0) > fails_allowed
 
     op = _script_op(RELEASE, [keys.key, keys.meta], [token, keys.channel])
-    results, _ = await _scatter(aliases, op, timeout, inflight, enough)
+    results, _ = await _scatter(aliases, op, deadlines, inflight, enough)
     return _count(results, 1), results
 
 
@@ -358,6 +363,9 @@ class Redlock(BaseLock):
             if node_timeout is None
             else validate_seconds(node_timeout, "node_timeout", allow_zero=False)
         )
+        #: Seconds one node may take to give a ready connection (see connect_budget).
+        self.connect_timeout = connect_budget(self.ttl, self.node_timeout)
+        self._deadlines = Deadlines(self.node_timeout, self.connect_timeout)
         self.drift = clock_drift(self.ttl)
         # This object's last call per node, so the next one queues behind it.
         self._inflight: dict[str, asyncio.Future[Any]] = {}
@@ -442,7 +450,7 @@ class Redlock(BaseLock):
 
         started = _clock()
         results, tasks = await _scatter(
-            self.connections, _script_op(ACQUIRE, keys, args), self.node_timeout,
+            self.connections, _script_op(ACQUIRE, keys, args), self._deadlines,
             self._inflight, enough,
         )  # fmt: skip
         grants = {alias: int(r[1]) for alias, r in results.items() if _granted(r)}
@@ -508,21 +516,21 @@ class Redlock(BaseLock):
         op = _script_op(FENCE_RAISE, keys, [token, fence])
         if need <= 0:
             # Already held on a majority: raise the others too, without waiting.
-            await _scatter(lagging, op, self.node_timeout, self._inflight, lambda r: True)
+            await _scatter(lagging, op, self._deadlines, self._inflight, lambda r: True)
             return True
 
         def enough(results: dict[str, Any]) -> bool:
             ok = _count(results, 1)
             return ok >= need or len(results) - ok > len(lagging) - need
 
-        results, _ = await _scatter(lagging, op, self.node_timeout, self._inflight, enough)
+        results, _ = await _scatter(lagging, op, self._deadlines, self._inflight, enough)
         return _count(results, 1) >= need
 
     async def _cleanup(self, token: str, *, wait: bool = True) -> dict[str, asyncio.Future[Any]]:
         """Compare-and-delete ``token`` on every node; with ``wait``, until all answered."""
         op = _script_op(RELEASE, [self.keys.key, self.keys.meta], [token, self.keys.channel])
         enough = None if wait else (lambda results: True)
-        _, tasks = await _scatter(self.connections, op, self.node_timeout, self._inflight, enough)
+        _, tasks = await _scatter(self.connections, op, self._deadlines, self._inflight, enough)
         for alias, task in tasks.items():
             task.add_done_callback(self._log_cleanup_failure(alias))
         return tasks
@@ -553,7 +561,7 @@ class Redlock(BaseLock):
     # -- hooks: release and extend -----------------------------------------------------
     async def _release(self, token: str) -> bool:
         released, results = await _release_on(
-            self.connections, self.keys, token, self.node_timeout, self._inflight, self.quorum
+            self.connections, self.keys, token, self._deadlines, self._inflight, self.quorum
         )
         if released >= self.quorum:
             return True
@@ -568,7 +576,7 @@ class Redlock(BaseLock):
 
         op = _script_op(EXTEND, [self.keys.key, self.keys.meta], [token, ttl_ms])
         started = _clock()
-        results, _ = await _scatter(self.connections, op, self.node_timeout, self._inflight, enough)
+        results, _ = await _scatter(self.connections, op, self._deadlines, self._inflight, enough)
         if _count(results, 1) >= quorum:
             ttl = ttl_ms / 1000
             return _clock() - started < ttl - clock_drift(ttl)
@@ -602,10 +610,10 @@ class Redlock(BaseLock):
         return await self._extend(token, ttl_ms)
 
     def _orphan_release(self, token: str) -> Callable[[], Any]:
-        aliases, keys, timeout, quorum = self.connections, self.keys, self.node_timeout, self.quorum
+        aliases, keys, deadlines, quorum = self.connections, self.keys, self._deadlines, self.quorum
 
         def release() -> Any:
-            released, _ = _run_sync(_release_on(aliases, keys, token, timeout, None, quorum))
+            released, _ = _run_sync(_release_on(aliases, keys, token, deadlines, None, quorum))
             return released >= quorum
 
         return release
@@ -629,15 +637,8 @@ class Redlock(BaseLock):
     # -- queries (majority semantics) ---------------------------------------------------
     async def _state(self) -> dict[str, tuple[str | None, int]]:
         """(token, pttl ms) per node that answered; LockBackendUnavailable below a majority."""
-        key = self.key
-
-        async def op(client: Any) -> Any:
-            pipe = client.pipeline(transaction=True)
-            pipe.get(key)
-            pipe.pttl(key)
-            return await pipe.execute()
-
-        results, _ = await _scatter(self.connections, op, self.node_timeout, None)
+        op = leases.GetAndPttl(self.key)
+        results, _ = await _scatter(self.connections, op, self._deadlines, None)
         state = {
             alias: (None if r[0] is None else r[0].decode(), int(r[1]))
             for alias, r in results.items()
@@ -727,4 +728,4 @@ def _validate_connections(connections: object) -> tuple[str, ...]:
     return aliases
 
 
-__all__ = ["Redlock", "clock_drift", "default_node_timeout"]
+__all__ = ["Redlock", "clock_drift", "connect_budget", "default_node_timeout"]

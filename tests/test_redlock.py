@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import itertools
 import multiprocessing
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -434,3 +436,57 @@ def test_watchdog_keeps_a_redlock_alive(cluster):
     assert lock.owned() and not lock.lost
     lock.release()
     assert c.holders("dog") == 0
+
+
+# -- connections given up on ------------------------------------------------------------
+def _sockets_to(port: int) -> int:
+    """This process's established TCP connections to ``port`` (psutil: no guessing)."""
+    import psutil
+
+    return sum(
+        1
+        for conn in psutil.Process().net_connections(kind="tcp")
+        if conn.raddr and conn.raddr.port == port and conn.status == psutil.CONN_ESTABLISHED
+    )
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_slow_node_leaves_no_open_connection_behind(cluster, settings, mode):
+    c = cluster(3, proxied=(1,))
+    slow = c.proxies[1]
+    before = _sockets_to(slow.port)
+
+    def scenario() -> list[Redlock]:
+        locks = []
+        for round_no in range(4):
+            # round 0 warms the pool; then every call to node 1 outlives its deadline
+            slow.delay(0 if round_no == 0 else 0.15)
+            lock = Redlock("slow-gc", ttl=2, node_timeout=0.1)
+            assert lock.acquire(timeout=0)
+            lock.release()
+            locks.append(lock)
+        return locks
+
+    async def ascenario() -> list[Redlock]:
+        locks = []
+        for round_no in range(4):
+            slow.delay(0 if round_no == 0 else 0.15)
+            lock = Redlock("slow-gc", ttl=2, node_timeout=0.1)
+            assert await lock.aacquire(timeout=0)
+            await lock.arelease()
+            locks.append(lock)
+        return locks
+
+    locks = scenario() if mode == "sync" else asyncio.run(ascenario())
+    assert all(settled(lock) for lock in locks)
+    slow.delay(0)
+    # every connection given up on is closed by the library, at once: none is left
+    # for the garbage collector, and the sockets to the slow node are back to before
+    assert wait_until(lambda: _sockets_to(slow.port) <= before, timeout=10)
+    settings.CACHES = dict(settings.CACHES)  # drop the clients, as a settings change does
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        gc.collect()
+    unclosed = [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
+    assert unclosed == []
+    assert _sockets_to(slow.port) == before

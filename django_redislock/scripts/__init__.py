@@ -10,6 +10,8 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
+from ..leases import ScriptOp, call
+
 
 class Script:
     """One Lua script of this package, run by SHA on any redis-py client."""
@@ -29,11 +31,13 @@ class Script:
             return client.eval(self.source, len(keys), *keys, *args)
 
     async def acall(self, client: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        """Async twin of :meth:`__call__` for ``redis.asyncio`` clients."""
-        try:
-            return await client.evalsha(self.sha, len(keys), *keys, *args)
-        except NoScriptError:
-            return await client.eval(self.source, len(keys), *keys, *args)
+        """Async twin of :meth:`__call__` for ``redis.asyncio`` clients.
+
+        Runs on a connection the library holds for the call, so a cancelled
+        caller never leaves a half-read connection in the pool
+        (:mod:`django_redislock.leases`).
+        """
+        return await call(client, ScriptOp(self, keys, args))
 
     def __repr__(self) -> str:
         return f"<Script {self.name} {self.sha[:8]}>"

@@ -1,0 +1,276 @@
+"""Async lock commands on a connection the library holds for the call.
+
+redis-py decides what becomes of a pooled connection when a command ends, and
+what it does when the awaiting task is cancelled differs between versions. A
+lock call that is given up on (a Redlock node past its deadline, a caller
+cancelled while waiting) must leave neither a half-read connection in the pool
+nor an open socket for the garbage collector. So an async lock command here
+checks a connection out of the client's pool itself, runs on it, and decides
+what happens to it:
+
+* a complete reply (an error reply too): back to the pool;
+* anything else (a socket error, a deadline, a cancel): disconnected at once,
+  on the loop that owns it, then back to the pool (which reconnects it on its
+  next use).
+
+:func:`call` is for callers without a deadline; :func:`call_within` gives the
+command a deadline and getting the connection a budget of its own (connect,
+handshake and the script load of a first call are paid there, not inside the
+command's deadline). Clients without a single pool (the asyncio
+``RedisCluster``) run the command through the client as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import weakref
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from redis.exceptions import NoScriptError, ResponseError
+
+#: One command (or MULTI block) on a connection.
+ConnectionOp = Callable[[Any], Awaitable[Any]]
+
+# The script SHAs loaded through each pool's server (first calls pay SCRIPT LOAD
+# while getting the connection, not inside a deadline).
+_loaded: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
+# Pools whose client was dropped (settings changed): a connection coming back
+# from a late call is disconnected instead of parked in a pool nobody uses.
+_retired: weakref.WeakSet[Any] = weakref.WeakSet()
+# Strong references to connection hand-backs that outlive their caller.
+_pending: set[asyncio.Future[Any]] = set()
+
+
+class Op:
+    """A lock command: how it runs on one connection, and on a client without a pool."""
+
+    __slots__ = ("scripts",)
+
+    #: Scripts to load on the server before the command (while getting the connection).
+    scripts: tuple[Any, ...]
+
+    async def on_connection(self, conn: Any) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    async def on_client(self, client: Any) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class ScriptOp(Op):
+    """``EVALSHA`` of one of the package's scripts (``EVAL`` after ``NOSCRIPT``)."""
+
+    __slots__ = ("args", "keys", "script")
+
+    def __init__(self, script: Any, keys: Any, args: Any) -> None:
+        self.script, self.keys, self.args = script, keys, args
+        self.scripts = (script,)
+
+    async def on_connection(self, conn: Any) -> Any:
+        script, keys, args = self.script, self.keys, self.args
+        try:
+            return await _command(conn, "EVALSHA", script.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            _loaded.clear()  # a server restarted or flushed its scripts: load them again
+            return await _command(conn, "EVAL", script.source, len(keys), *keys, *args)
+
+    async def on_client(self, client: Any) -> Any:
+        script, keys, args = self.script, self.keys, self.args
+        try:
+            return await client.evalsha(script.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            return await client.eval(script.source, len(keys), *keys, *args)
+
+
+class GetAndPttl(Op):
+    """``GET key`` and ``PTTL key`` in one ``MULTI`` block: [value, pttl]."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.scripts = ()
+
+    async def on_connection(self, conn: Any) -> Any:
+        commands = [("MULTI",), ("GET", self.key), ("PTTL", self.key), ("EXEC",)]
+        await conn.send_packed_command(conn.pack_commands(commands))
+        replies = [await conn.read_response() for _ in commands]
+        return replies[-1]
+
+    async def on_client(self, client: Any) -> Any:
+        pipe = client.pipeline(transaction=True)
+        pipe.get(self.key)
+        pipe.pttl(self.key)
+        return await pipe.execute()
+
+
+async def _command(conn: Any, *args: Any) -> Any:
+    await conn.send_command(*args)
+    return await conn.read_response()
+
+
+def has_pool(client: Any) -> bool:
+    """True when commands can run on a connection of the client's own pool."""
+    return getattr(client, "connection_pool", None) is not None
+
+
+def retire(client: Any) -> None:
+    """The client is dropped: connections that late calls hand back get disconnected."""
+    pool = getattr(client, "connection_pool", None)
+    if pool is not None:
+        _retired.add(pool)
+
+
+async def call(client: Any, op: Op) -> Any:
+    """Run ``op`` on a connection of ``client``'s pool; no deadline (see module doc)."""
+    if not has_pool(client):
+        return await op.on_client(client)
+    pool = client.connection_pool
+    checkout = asyncio.ensure_future(_checkout(pool, op))
+    try:
+        conn = await asyncio.shield(checkout)
+    except BaseException:  # cancelled while connecting: hand it back when that ends
+        _give_back_later(pool, checkout)
+        raise
+    clean = False
+    try:
+        result = await op.on_connection(conn)
+        clean = True
+        return result
+    except ResponseError:
+        clean = True  # an error reply is a complete reply
+        raise
+    finally:
+        await _hand_back(pool, conn, clean)
+
+
+async def call_within(client: Any, op: Op, deadline: float, connect_budget: float) -> Any:
+    """Run ``op`` within ``deadline`` seconds, after getting a ready connection.
+
+    Getting the connection (a pooled one at once; a new one pays connect,
+    handshake and script loading) has ``connect_budget`` seconds. Past either
+    bound this raises :class:`TimeoutError` at once; nothing is cancelled inside
+    redis-py: a connection still being set up is disconnected and handed back
+    when that ends, one still running the command is disconnected now.
+    """
+    if not has_pool(client):
+        return await _client_within(client, op, deadline)
+    pool = client.connection_pool
+    checkout = asyncio.ensure_future(_checkout(pool, op))
+    try:
+        done, _ = await asyncio.wait({checkout}, timeout=connect_budget)
+    except BaseException:
+        _give_back_later(pool, checkout)
+        raise
+    if not done:
+        _give_back_later(pool, checkout)
+        raise TimeoutError(f"no connection within {connect_budget * 1000:g} ms")
+    conn = checkout.result()
+    command = asyncio.ensure_future(op.on_connection(conn))
+    try:
+        done, _ = await asyncio.wait({command}, timeout=deadline)
+    except BaseException:  # the caller is cancelled (loop shutting down)
+        await _abandon(pool, conn, command)
+        raise
+    if not done:
+        await _abandon(pool, conn, command)
+        raise TimeoutError(f"no answer within {deadline * 1000:g} ms")
+    error = None if command.cancelled() else command.exception()
+    clean = error is None or isinstance(error, ResponseError)
+    await _hand_back(pool, conn, clean)
+    return command.result()
+
+
+async def _abandon(pool: Any, conn: Any, command: asyncio.Future[Any]) -> None:
+    """Close the connection now; hand it back once its command has ended."""
+    await conn.disconnect(nowait=True)
+    # The closed socket ends the read at once; the cancel covers a command that was
+    # not reading yet. Only then may the connection serve someone else.
+    command.cancel()
+    _keep(command)
+    if not command.done():
+        await asyncio.wait({command})
+    _retrieve(command)
+    await _hand_back(pool, conn, clean=False)
+
+
+async def _client_within(client: Any, op: Op, deadline: float) -> Any:
+    # No single pool to take a connection from: the client's own handling applies.
+    command = asyncio.ensure_future(op.on_client(client))
+    done, _ = await asyncio.wait({command}, timeout=deadline)
+    if not done:
+        command.cancel()
+        _keep(command)
+        raise TimeoutError(f"no answer within {deadline * 1000:g} ms")
+    return command.result()
+
+
+async def _checkout(pool: Any, op: Op) -> Any:
+    conn = await _get_connection(pool)
+    try:
+        loaded = _loaded.setdefault(pool, set())
+        for script in op.scripts:
+            if script.sha not in loaded:
+                loaded.add(script.sha)
+                # An error reply (scripting refused...) is left for EVAL to report.
+                with contextlib.suppress(ResponseError):
+                    await _command(conn, "SCRIPT", "LOAD", script.source)
+    except BaseException:
+        await _hand_back(pool, conn, clean=False)
+        raise
+    return conn
+
+
+def _get_connection(pool: Any) -> Awaitable[Any]:
+    if _needs_command_name(type(pool)):
+        return pool.get_connection("EVALSHA")
+    return pool.get_connection()
+
+
+_command_name_needed: dict[type, bool] = {}
+
+
+def _needs_command_name(pool_class: type) -> bool:
+    """redis-py 5 requires ``get_connection(command_name)``; newer ones warn on it."""
+    needed = _command_name_needed.get(pool_class)
+    if needed is None:
+        parameters = inspect.signature(getattr(pool_class, "get_connection")).parameters
+        name = parameters.get("command_name")
+        needed = name is not None and name.default is inspect.Parameter.empty
+        _command_name_needed[pool_class] = needed
+    return needed
+
+
+async def _hand_back(pool: Any, conn: Any, clean: bool) -> None:
+    if not clean or pool in _retired:
+        await conn.disconnect(nowait=True)
+    await pool.release(conn)
+
+
+def _give_back_later(pool: Any, checkout: asyncio.Future[Any]) -> None:
+    """A connection nobody waits for any more: disconnect it once it is ready."""
+
+    def callback(checkout: asyncio.Future[Any]) -> None:
+        if checkout.cancelled() or checkout.exception() is not None:
+            return  # it failed: redis-py disconnected and released it
+        _keep(asyncio.ensure_future(_hand_back(pool, checkout.result(), clean=False)))
+
+    _keep(checkout)
+    checkout.add_done_callback(callback)
+
+
+def _keep(future: asyncio.Future[Any]) -> None:
+    _pending.add(future)
+    future.add_done_callback(_forget)
+
+
+def _forget(future: asyncio.Future[Any]) -> None:
+    _pending.discard(future)
+    _retrieve(future)
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if future.done() and not future.cancelled():
+        future.exception()  # a given-up call's failure is no news
