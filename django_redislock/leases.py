@@ -229,14 +229,14 @@ def _get_connection(pool: Any) -> Awaitable[Any]:
     return pool.get_connection()
 
 
-_command_name_needed: dict[type, bool] = {}
+_command_name_needed: dict[Any, bool] = {}
 
 
-def _needs_command_name(pool_class: type) -> bool:
+def _needs_command_name(pool_class: Any) -> bool:
     """redis-py 5 requires ``get_connection(command_name)``; newer ones warn on it."""
     needed = _command_name_needed.get(pool_class)
     if needed is None:
-        parameters = inspect.signature(getattr(pool_class, "get_connection")).parameters
+        parameters = inspect.signature(pool_class.get_connection).parameters
         name = parameters.get("command_name")
         needed = name is not None and name.default is inspect.Parameter.empty
         _command_name_needed[pool_class] = needed

@@ -174,7 +174,7 @@ class Deadlines(NamedTuple):
 
 
 async def _node_call(
-    alias: str, op: leases.Op, deadlines: Deadlines, after: asyncio.Future[Any] | None
+    client: Any, op: leases.Op, deadlines: Deadlines, after: asyncio.Future[Any] | None
 ) -> Any:
     """Run ``op`` on one node within its deadlines, after its previous call ended.
 
@@ -190,11 +190,17 @@ async def _node_call(
             same_loop = False
         if same_loop:
             await asyncio.wait({after}, timeout=deadlines.command)
+    return await leases.call_within(client, op, deadlines.command, deadlines.connect)
+
+
+async def _step_client(alias: str) -> Any:
+    """The client a step uses on ``alias``: chosen when the step starts, so a call
+    queued behind an earlier one stays with the settings it began under."""
     client = await async_lock_client(alias)
     runner = _runner
     if runner is not None and client not in _loop_clients and runner.loop is _running_loop():
         _loop_clients.add(client)
-    return await leases.call_within(client, op, deadlines.command, deadlines.connect)
+    return client
 
 
 def _running_loop() -> asyncio.AbstractEventLoop:
@@ -257,9 +263,10 @@ async def _scatter(
     go on in the background (their own timeout bounds them).
     """
     tasks: dict[str, asyncio.Future[Any]] = {}
-    for alias in aliases:
+    clients = {alias: await _step_client(alias) for alias in aliases}
+    for alias, client in clients.items():
         after = inflight.get(alias) if inflight is not None else None
-        task = asyncio.ensure_future(_capture(_node_call(alias, op, deadlines, after)))
+        task = asyncio.ensure_future(_capture(_node_call(client, op, deadlines, after)))
         _keep(task)
         if inflight is not None:
             inflight[alias] = task

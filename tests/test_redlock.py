@@ -20,6 +20,10 @@ from django_redislock.redlock import clock_drift
 from tests.servers import FaultProxy, RedisServer
 
 PREFIX = "redislock"
+#: A node timeout with the headroom a loaded machine needs (a busy CI box can leave the
+#: event loop thread unscheduled for 100 ms). Tests whose assertion does not depend on
+#: the timeout use it; safety never depends on it.
+NT = 1.0
 
 
 def key(name: str) -> str:
@@ -151,7 +155,7 @@ def test_acquire_release_on_every_node(cluster):
 
 def test_extend_needs_a_majority_and_recomputes_validity(cluster):
     c = cluster(3)
-    lock = Redlock("ext", ttl=1)
+    lock = Redlock("ext", ttl=1, node_timeout=NT)
     lock.acquire()
     before = lock_module.clock()
     lock.extend(3)
@@ -168,7 +172,7 @@ def test_extend_needs_a_majority_and_recomputes_validity(cluster):
 
 def test_fencing_off(cluster):
     c = cluster(3)
-    with Redlock("nofence", ttl=1, fencing=False) as lock:
+    with Redlock("nofence", ttl=1, fencing=False, node_timeout=NT) as lock:
         assert lock.fence is None
     assert c.counters("nofence") == [0, 0, 0]
 
@@ -177,11 +181,10 @@ def test_fencing_off(cluster):
 def test_one_of_three_frozen_still_acquires(cluster):
     c = cluster(3)
     c.servers[2].pause()
-    lock = Redlock("one-frozen", ttl=1)
-    t0 = time.monotonic()
+    lock = Redlock("one-frozen", ttl=5, node_timeout=NT)
     assert lock.acquire(timeout=0)
-    # a majority answered: no need to wait for the frozen node's timeout
-    assert time.monotonic() - t0 < lock.node_timeout + 0.5
+    # a majority answered: acquire returned without waiting for the frozen node's call
+    assert not lock._inflight["rl2"].done()
     assert c.values("one-frozen", [0, 1]) == [lock.token.encode()] * 2
     assert lock.owned()
     lock.release()
@@ -192,7 +195,7 @@ def test_two_of_three_frozen_is_backend_unavailable_and_leaves_nothing(cluster):
     c = cluster(3)
     c.servers[1].pause()
     c.servers[2].pause()
-    lock = Redlock("two-frozen", ttl=1)
+    lock = Redlock("two-frozen", ttl=1, node_timeout=NT)
     with pytest.raises(LockBackendUnavailable) as info:
         lock.acquire(timeout=0)
     assert set(info.value.aliases) == {"rl1", "rl2"}
@@ -219,7 +222,10 @@ def test_dropped_replies_leave_no_token(cluster):
 def test_slow_node_never_yields_a_lock_without_validity(cluster):
     c = cluster(3, proxied=(1,))
     c.proxies[1].delay(0.15)  # 300 ms per round trip, ttl 300 ms
-    # a) the slow node is not needed: every success has validity left
+    # a) the slow node is not needed: every success has validity left (connections to
+    # nodes 0 and 2 warmed first, so that a loaded machine's connect does not eat a 0.3 s TTL)
+    with Redlock("slow-a", ttl=5, node_timeout=NT):
+        pass
     for _ in range(5):
         lock = Redlock("slow-a", ttl=0.3, node_timeout=1.0)
         assert lock.acquire(timeout=0)
@@ -286,7 +292,7 @@ def test_fence_is_written_back_before_the_lock_counts_as_held(cluster):
     c.clients[0].set(key("wb") + ":fence", 100)
     # node 2 is busy, so the majority must be {0, 1}: node 1's counter (1) lags node 0's
     c.clients[2].set(key("wb"), b"someone-else", px=60000)
-    with Redlock("wb", ttl=1) as lock:
+    with Redlock("wb", ttl=1, node_timeout=NT) as lock:
         assert lock.fence == 101
         # written back on node 1 before acquire returned: counter >= fence on {0, 1}
         assert c.counters("wb")[:2] == [101, 101]
@@ -295,7 +301,7 @@ def test_fence_is_written_back_before_the_lock_counts_as_held(cluster):
     c.clients[2].delete(key("wb"))
     # a later holder whose majority excludes node 0 ({1, 2}) still gets a higher fence
     c.servers[0].pause()
-    with Redlock("wb", ttl=1) as later:
+    with Redlock("wb", ttl=1, node_timeout=NT) as later:
         assert later.fence > 101
 
 
@@ -382,25 +388,25 @@ def test_async_twins(cluster):
     c = cluster(3)
 
     async def main():
-        lock = Redlock("async", ttl=1)
+        lock = Redlock("async", ttl=1, node_timeout=NT)
         assert await lock.aacquire(timeout=0)
         assert sum(v == lock.token.encode() for v in c.values("async")) >= 2
         assert await lock.aowned() and await lock.alocked()
         assert 0.5 < await lock.aremaining() <= 1
         await lock.aextend(2)
         assert 1.5 < await lock.aremaining() <= 2
-        other = Redlock("async", ttl=1)
+        other = Redlock("async", ttl=1, node_timeout=NT)
         assert not await other.aacquire(timeout=0)
         await lock.arelease()
         assert not await lock.alocked() and await lock.aremaining() is None
-        async with Redlock("async", ttl=1) as held:
+        async with Redlock("async", ttl=1, node_timeout=NT) as held:
             assert held.fence == 2 and await held.aowned()
         c.servers[0].pause()
-        async with Redlock("async", ttl=1) as held:
+        async with Redlock("async", ttl=1, node_timeout=NT) as held:
             assert held.fence == 3
         c.servers[1].pause()
         with pytest.raises(LockBackendUnavailable) as info:
-            await Redlock("async", ttl=1).aacquire(timeout=0)
+            await Redlock("async", ttl=1, node_timeout=NT).aacquire(timeout=0)
         assert set(info.value.aliases) == {"rl0", "rl1"}
 
     asyncio.run(main())
@@ -429,10 +435,11 @@ def test_async_waiter_is_woken_by_a_release(cluster):
 
 def test_watchdog_keeps_a_redlock_alive(cluster):
     c = cluster(3)
-    lock = Redlock("dog", ttl=0.3, watchdog=True)
+    lock = Redlock("dog", ttl=1, watchdog=True, node_timeout=0.3)
     lock.acquire()
     first = lock.valid_until
-    assert wait_until(lambda: lock.valid_until > first + 0.6, timeout=5)
+    # kept alive past two TTLs
+    assert wait_until(lambda: lock.valid_until > first + 2, timeout=10)
     assert lock.owned() and not lock.lost
     lock.release()
     assert c.holders("dog") == 0
@@ -490,3 +497,25 @@ def test_a_slow_node_leaves_no_open_connection_behind(cluster, settings, mode):
     unclosed = [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
     assert unclosed == []
     assert _sockets_to(slow.port) == before
+
+
+def test_calls_in_flight_when_the_settings_change_leave_no_open_connection(cluster, settings):
+    c = cluster(3, proxied=(1,))
+    slow = c.proxies[1]
+    before = _sockets_to(slow.port)
+    with Redlock("in-flight", ttl=5):  # warm: node 1 has a pooled connection
+        pass
+    slow.delay(0.15)  # 300 ms a round trip from now on
+    lock = Redlock("in-flight", ttl=5, node_timeout=4.0)
+    assert lock.acquire(timeout=0)  # nodes 0 and 2 granted; node 1's grant is on its way
+    lock.release()  # node 1's release is queued behind its acquire
+    # the clients are dropped while node 1's calls are in flight (a settings change)
+    settings.CACHES = dict(settings.CACHES)
+    assert settled(lock)
+    # the late calls finished on the connections of the settings they began under,
+    # and those were closed as they came back: nothing pooled, nothing for the GC
+    assert wait_until(lambda: _sockets_to(slow.port) == before, timeout=10)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        gc.collect()
+    assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
