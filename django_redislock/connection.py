@@ -466,12 +466,40 @@ def _build_configured_async(name: str) -> Any:
     return redis.asyncio.Redis.from_url(urls[0], retry=no_retry, **kwargs)
 
 
+#: What a forked child inherited from its parent's event loops, kept and never used:
+#: collecting it would close the parent's sockets through the epoll instance both
+#: processes share (the parent's loop would stop hearing from them) and warn about
+#: unclosed connections. The child's copies of their socket descriptors are closed.
+inherited: list[Any] = []
+
+
+def park_inherited(obj: Any) -> None:
+    """Keep ``obj`` (from the parent's event loops) out of a forked child's GC."""
+    inherited.append(obj)
+
+
+def _close_inherited_sockets(client: Any) -> None:
+    # Only the child's descriptor: the parent's socket stays open (no shutdown()).
+    pool = getattr(client, "connection_pool", None)
+    for attr in ("_available_connections", "_in_use_connections"):
+        for conn in list(getattr(pool, attr, ()) or ()):
+            writer = getattr(conn, "_writer", None)
+            sock = writer.get_extra_info("socket") if writer is not None else None
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    os.close(sock.fileno())
+
+
 def _forget_after_fork() -> None:
     # A forked child must not share the parent's sockets (nor a lock a parent
     # thread held while forking): it builds its own clients on first use.
     global _lock
     _lock = threading.Lock()
-    _sync_clients.clear()
+    _sync_clients.clear()  # redis-py's sync connections check the pid themselves
+    for per_loop in _async_clients.values():
+        for client in per_loop.values():
+            _close_inherited_sockets(client)
+        park_inherited(per_loop)
     _async_clients.clear()
 
 

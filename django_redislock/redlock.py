@@ -50,7 +50,7 @@ from django.dispatch import receiver
 from . import leases
 from . import lock as lock_module
 from .conf import get_config
-from .connection import async_lock_client
+from .connection import async_lock_client, park_inherited
 from .exceptions import LockBackendUnavailable, LockConfigurationError, RedisLockError
 from .holder import holder_fields
 from .keys import LockKeys, validate_seconds, validate_ttl
@@ -143,8 +143,11 @@ def _run_sync(coro: Awaitable[Any]) -> Any:
 def _reset_after_fork() -> None:
     # The child has no loop thread: the next sync call starts a new one.
     global _runner, _runner_lock
+    # The parent's loop and clients are kept, unused: see connection.park_inherited.
+    park_inherited((_runner, set(_loop_clients), set(_tasks)))
     _runner = None
     _loop_clients.clear()
+    _tasks.clear()
     _runner_lock = threading.Lock()
 
 

@@ -7,6 +7,7 @@ import contextlib
 import gc
 import itertools
 import multiprocessing
+import os
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -519,3 +520,34 @@ def test_calls_in_flight_when_the_settings_change_leave_no_open_connection(clust
         warnings.simplefilter("always", ResourceWarning)
         gc.collect()
     assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
+
+
+def test_a_forked_child_leaves_the_parents_connections_alone(cluster):
+    cluster(3)
+    with Redlock("fork", ttl=5, node_timeout=NT):  # the parent's loop holds pooled connections
+        pass
+    read_end, write_end = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork with threads
+        pid = os.fork()
+    if pid == 0:  # the child: report through the pipe, never return into pytest
+        status = b"?"
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", ResourceWarning)
+                gc.collect()
+            with Redlock("fork-child", ttl=5, node_timeout=NT) as lock:
+                held = lock.fence is not None
+            unclosed = [w for w in caught if issubclass(w.category, ResourceWarning)]
+            status = b"1" if held and not unclosed else b"0"
+        finally:
+            os.write(write_end, status)
+            os._exit(0)
+    os.close(write_end)
+    os.waitpid(pid, 0)
+    with os.fdopen(read_end, "rb") as pipe:
+        assert pipe.read() == b"1"
+    # The child closed only its copies: the parent's pooled connections still answer.
+    for _ in range(3):
+        with Redlock("fork", ttl=5, node_timeout=NT) as lock:
+            assert lock.fence is not None
