@@ -206,10 +206,10 @@ async def _close_at_loop_shutdown(per_loop: dict[str, Any]) -> Any:
         per_loop.clear()
 
 
-async def _aclose(client: Any) -> None:
+async def _aclose(client: Any, *, idle_only: bool = False) -> None:
     pool = getattr(client, "connection_pool", None)
     if pool is not None:
-        await pool.disconnect()
+        await pool.disconnect(inuse_connections=not idle_only)
         manager = getattr(pool, "sentinel_manager", None)
         for sentinel in getattr(manager, "sentinels", ()):
             await sentinel.aclose()
@@ -519,10 +519,32 @@ def reset_clients() -> None:
                     for sentinel in getattr(manager, "sentinels", ()):
                         sentinel.close()
         _sync_clients.clear()
-        for per_loop in list(_async_clients.values()):
-            for client in per_loop.values():
-                leases.retire(client)
+        for loop, per_loop in list(_async_clients.items()):
+            clients = [c for alias, c in per_loop.items() if alias != "__closer__"]
+            per_loop.clear()  # the loop-shutdown closer has nothing left to close
+            _close_on_loop(loop, clients)
         _async_clients.clear()
+
+
+def _close_on_loop(loop: asyncio.AbstractEventLoop, clients: list[Any]) -> None:
+    """Close dropped asyncio clients on the loop that owns them, as soon as it runs.
+
+    Idle connections are closed now; a connection still running a lock command
+    is closed when that command hands it back (:func:`leases.retire`), so a call
+    in flight across a settings change finishes rather than fails.
+    """
+    for client in clients:
+        leases.retire(client)
+    if not clients or loop.is_closed():
+        return
+
+    async def close() -> None:
+        for client in clients:
+            with contextlib.suppress(Exception):
+                await _aclose(client, idle_only=True)
+
+    with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+        leases.keep(asyncio.run_coroutine_threadsafe(close(), loop))
 
 
 @receiver(setting_changed)

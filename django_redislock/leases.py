@@ -41,7 +41,7 @@ _loaded: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
 # from a late call is disconnected instead of parked in a pool nobody uses.
 _retired: weakref.WeakSet[Any] = weakref.WeakSet()
 # Strong references to connection hand-backs that outlive their caller.
-_pending: set[asyncio.Future[Any]] = set()
+_pending: set[Any] = set()
 
 
 class Op:
@@ -82,6 +82,22 @@ class ScriptOp(Op):
             return await client.evalsha(script.sha, len(keys), *keys, *args)
         except NoScriptError:
             return await client.eval(script.source, len(keys), *keys, *args)
+
+
+class CommandOp(Op):
+    """One plain command; its raw reply (``EXISTS``, ``GET``, ``PTTL``...)."""
+
+    __slots__ = ("args",)
+
+    def __init__(self, *args: Any) -> None:
+        self.args = args
+        self.scripts = ()
+
+    async def on_connection(self, conn: Any) -> Any:
+        return await _command(conn, *self.args)
+
+    async def on_client(self, client: Any) -> Any:
+        return await client.execute_command(*self.args)
 
 
 class GetAndPttl(Op):
@@ -189,7 +205,7 @@ async def _abandon(pool: Any, conn: Any, command: asyncio.Future[Any]) -> None:
     # The closed socket ends the read at once; the cancel covers a command that was
     # not reading yet. Only then may the connection serve someone else.
     command.cancel()
-    _keep(command)
+    keep(command)
     if not command.done():
         await asyncio.wait({command})
     _retrieve(command)
@@ -202,7 +218,7 @@ async def _client_within(client: Any, op: Op, deadline: float) -> Any:
     done, _ = await asyncio.wait({command}, timeout=deadline)
     if not done:
         command.cancel()
-        _keep(command)
+        keep(command)
         raise TimeoutError(f"no answer within {deadline * 1000:g} ms")
     return command.result()
 
@@ -255,13 +271,14 @@ def _give_back_later(pool: Any, checkout: asyncio.Future[Any]) -> None:
     def callback(checkout: asyncio.Future[Any]) -> None:
         if checkout.cancelled() or checkout.exception() is not None:
             return  # it failed: redis-py disconnected and released it
-        _keep(asyncio.ensure_future(_hand_back(pool, checkout.result(), clean=False)))
+        keep(asyncio.ensure_future(_hand_back(pool, checkout.result(), clean=False)))
 
-    _keep(checkout)
+    keep(checkout)
     checkout.add_done_callback(callback)
 
 
-def _keep(future: asyncio.Future[Any]) -> None:
+def keep(future: Any) -> None:
+    """Hold a strong reference to ``future`` until it is done (its failure is no news)."""
     _pending.add(future)
     future.add_done_callback(_forget)
 

@@ -22,7 +22,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ReadOnlyError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from . import replication, signals, waiting, watchdog
+from . import leases, replication, signals, waiting, watchdog
 from .conf import get_config
 from .connection import async_lock_client, lock_client
 from .exceptions import (
@@ -800,26 +800,28 @@ class Lock(BaseLock):
         except RedisError as exc:
             raise self._backend_error(exc) from exc
 
-    async def _aquery(self, call: Callable[[Any], Any]) -> Any:
+    async def _aquery(self, *command: Any) -> Any:
+        # On a connection the library holds: a cancelled caller leaves none half-read.
         try:
-            return await call(await async_lock_client(self.connection))
+            client = await async_lock_client(self.connection)
+            return await leases.call(client, leases.CommandOp(*command))
         except RedisError as exc:
             raise self._backend_error(exc) from exc
 
     async def alocked(self) -> bool:
         """Async twin of :meth:`locked`."""
-        return bool(await self._aquery(lambda c: c.exists(self.key)))
+        return bool(await self._aquery("EXISTS", self.key))
 
     async def aowned(self) -> bool:
         """Async twin of :meth:`owned`."""
         if self.token is None or self._owner_pid != os.getpid():
             return False
-        value = await self._aquery(lambda c: c.get(self.key))
+        value = await self._aquery("GET", self.key)
         return value is not None and value.decode() == self.token
 
     async def aremaining(self) -> float | None:
         """Async twin of :meth:`remaining`."""
-        return _pttl_seconds(await self._aquery(lambda c: c.pttl(self.key)))
+        return _pttl_seconds(await self._aquery("PTTL", self.key))
 
     # -- replicas (wait_replicas): see django_redislock.replication -------------
     def _wait_ms(self) -> int:

@@ -36,16 +36,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import logging
 import os
 import random
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, NamedTuple
-
-from django.core.signals import setting_changed
-from django.dispatch import receiver
 
 from . import leases
 from . import lock as lock_module
@@ -144,9 +140,8 @@ def _reset_after_fork() -> None:
     # The child has no loop thread: the next sync call starts a new one.
     global _runner, _runner_lock
     # The parent's loop and clients are kept, unused: see connection.park_inherited.
-    park_inherited((_runner, set(_loop_clients), set(_tasks)))
+    park_inherited((_runner, set(_tasks)))
     _runner = None
-    _loop_clients.clear()
     _tasks.clear()
     _runner_lock = threading.Lock()
 
@@ -199,40 +194,7 @@ async def _node_call(
 async def _step_client(alias: str) -> Any:
     """The client a step uses on ``alias``: chosen when the step starts, so a call
     queued behind an earlier one stays with the settings it began under."""
-    client = await async_lock_client(alias)
-    runner = _runner
-    if runner is not None and client not in _loop_clients and runner.loop is _running_loop():
-        _loop_clients.add(client)
-    return client
-
-
-def _running_loop() -> asyncio.AbstractEventLoop:
-    return asyncio.get_running_loop()
-
-
-# The clients the background loop used: closed there when the settings change
-# (connection.reset_clients forgets them without closing their sockets).
-_loop_clients: set[Any] = set()
-
-
-async def _disconnect(clients: list[Any]) -> None:
-    for client in clients:
-        leases.retire(client)
-        with contextlib.suppress(Exception):
-            await client.connection_pool.disconnect()
-
-
-@receiver(setting_changed)
-def _settings_changed(*, setting: str, **kwargs: Any) -> None:
-    runner = _runner
-    if setting not in ("CACHES", "REDISLOCK") or runner is None or runner.pid != os.getpid():
-        return
-    clients = list(_loop_clients)
-    _loop_clients.clear()
-    if clients:
-        future = asyncio.run_coroutine_threadsafe(_disconnect(clients), runner.loop)
-        with contextlib.suppress(Exception):
-            future.result(timeout=2)
+    return await async_lock_client(alias)
 
 
 async def _capture(coro: Awaitable[Any]) -> Any:

@@ -435,3 +435,43 @@ def test_forked_child_cannot_release_or_extend(real_backend):
     assert lock.owned()
     assert real_backend.client().pttl(lock.key) > 29000 - 5000
     lock.release()
+
+
+def test_a_cancelled_async_call_leaves_no_connection_half_read(make_server, make_proxy, settings):
+    import gc
+    import warnings
+
+    from tests.test_redlock import _sockets_to
+
+    proxy = make_proxy(make_server())
+    settings.CACHES = {
+        **settings.CACHES,
+        "held": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": proxy.url},
+    }
+    before = _sockets_to(proxy.port)
+
+    async def main() -> None:
+        lock = Lock("cancelled-call", connection="held", ttl=5)
+        assert await lock.alocked() is False  # warm: one pooled connection
+        proxy.hold()  # the next command goes out, its reply does not come back
+        for call in (lock.aremaining(), lock.aacquire(timeout=0)):
+            task = asyncio.ensure_future(call)
+            await asyncio.sleep(0.05)  # a wall-clock wait: no event marks "sent, unanswered"
+            assert not task.done()
+            task.cancel()
+            if call.__name__ == "aacquire":
+                # a cancelled acquire cleans up before the cancel completes: let it through
+                proxy.release_hold()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        # the connections given up on were closed by the library: the next call gets a
+        # fresh one and reads its own reply, not a late one meant for a cancelled call
+        remaining = await lock.aremaining()
+        assert remaining is None or 0 < remaining <= 5
+
+    asyncio.run(main())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        gc.collect()
+    assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
+    assert _sockets_to(proxy.port) == before
