@@ -4,7 +4,7 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: test lint migrations-check bench venv faults
+.PHONY: test test-quick lint migrations-check bench venv faults
 
 venv: $(VENV)/.installed
 
@@ -23,6 +23,14 @@ $(VENV)/.installed-bench: pyproject.toml $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(VPY) -m pytest $(PYTEST_ARGS)
+
+# The inner loop (about a minute): one server (the default) plus fakeredis, no tests
+# marked slow, and the fault, Sentinel, Cluster, packaging and demo-site tests left to
+# `make test`. Stops at the first failure.
+QUICK_SKIP := test_faults test_sentinel test_cluster test_packaging test_demo
+test-quick: $(VENV)/.installed
+	REDISLOCK_TEST_SERVERS=default $(VPY) -m pytest -q -x -m "not slow" \
+		$(foreach t,$(QUICK_SKIP),--ignore=tests/$(t).py) $(PYTEST_ARGS)
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

@@ -25,6 +25,7 @@ Factories for tests that need their own servers: ``make_server(name=None, **kwar
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -37,7 +38,26 @@ import redis
 from tests import plugin
 from tests.servers import FaultProxy, RedisServer, available_servers
 
-REAL_SERVER_NAMES = [spec.name for spec in available_servers()]
+SERVERS_ENV = "REDISLOCK_TEST_SERVERS"
+
+
+def _real_server_names() -> list[str]:
+    """Every server found, or only the default one with ``REDISLOCK_TEST_SERVERS=default``
+    (``make test-quick``), or the names listed there (comma-separated)."""
+    found = [spec.name for spec in available_servers()]
+    wanted = os.environ.get(SERVERS_ENV, "").strip()
+    if not wanted:
+        return found
+    if wanted == "default":
+        return [plugin.default_server.name] if plugin.default_server else found[:1]
+    names = [name.strip() for name in wanted.split(",") if name.strip()]
+    unknown = sorted(set(names) - set(found))
+    if unknown:
+        raise pytest.UsageError(f"{SERVERS_ENV}: no such server {unknown}; found: {found}")
+    return names
+
+
+REAL_SERVER_NAMES = _real_server_names()
 FAKE = "fakeredis"
 
 

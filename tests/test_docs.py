@@ -463,6 +463,7 @@ def _run_pytest(
     )
 
 
+@pytest.mark.slow
 def test_plugin_through_pytest_plugins_uses_a_real_server(tmp_path: Path) -> None:
     from django_redislock.testing import find_server_binary
 
@@ -474,6 +475,7 @@ def test_plugin_through_pytest_plugins_uses_a_real_server(tmp_path: Path) -> Non
     assert "2 passed" in done.stdout
 
 
+@pytest.mark.slow
 def test_plugin_through_the_entry_point_and_ini(tmp_path: Path) -> None:
     project = _user_project(tmp_path, conftest=False, ini="redislock_backend = fakeredis\n")
     done = _run_pytest(project, "fakeredis")

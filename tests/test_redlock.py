@@ -242,6 +242,7 @@ def test_slow_node_never_yields_a_lock_without_validity(cluster):
 
 
 # -- many clients -----------------------------------------------------------------------
+@pytest.mark.slow
 def test_three_processes_racing_on_three_nodes(cluster):
     from tests.redlock_workers import race_worker
 
@@ -374,6 +375,7 @@ def test_crash_restart_at_once_breaks_mutual_exclusion(cluster):
     assert _crash_scenario(c, "crash-now", ttl=10.0, restart_delay=0)
 
 
+@pytest.mark.slow
 def test_crash_restart_after_ttl_plus_drift_never_overlaps(cluster):
     c = cluster(3)
     ttl = 0.2
