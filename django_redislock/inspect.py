@@ -193,8 +193,13 @@ def force_release_holder(
             raise _unavailable(alias, name, exc) from exc
         if result == 1:
             removed = info if expected else None
-            signals.lock_force_released.send(
-                sender=_lock_class(), info=removed, name=name, connection=alias, user=user
+            signals.notify(
+                signals.lock_force_released,
+                _lock_class(),
+                info=removed,
+                name=name,
+                connection=alias,
+                user=user,
             )
             return ReleaseResult(name, RELEASED, removed)
         if result == 0:  # expired between the read and the delete

@@ -217,7 +217,7 @@ class BaseLock:
         if self.watchdog:
             watchdog.watch(self, in_loop=in_loop)
         acquire_logger.debug("acquired %r fence=%s", self.name, self.fence)
-        signals.lock_acquired.send(sender=type(self), lock=self)
+        signals.notify(signals.lock_acquired, type(self), lock=self)
 
     def _forget(self) -> None:
         if self.watchdog:
@@ -319,7 +319,7 @@ class BaseLock:
         if not released:
             raise self._not_owned("release")
         release_logger.debug("released %r", self.name)
-        signals.lock_released.send(sender=type(self), lock=self)
+        signals.notify(signals.lock_released, type(self), lock=self)
 
     def extend(self, ttl: float | None = None) -> None:
         """Reset the remaining TTL to ``ttl`` seconds (default: the lock's ttl)."""

@@ -69,10 +69,7 @@ def mark_lost(lock: BaseLock, reason: str) -> None:
         return
     lock._lost = True
     logger.warning("Lock %r lost: %s", lock.name, reason)
-    try:
-        signals.lock_lost.send(sender=type(lock), lock=lock, reason=reason)
-    except Exception:
-        logger.exception("A lock_lost receiver failed for %r", lock.name)
+    signals.notify(signals.lock_lost, type(lock), lock=lock, reason=reason)
     if lock.on_lost is not None:
         try:
             lock.on_lost(lock)
