@@ -284,7 +284,6 @@ class BaseLock:
                     return attempts.won(value, started)
                 pause = attempts.next_pause(value)
                 if pause is None:
-                    acquire_logger.debug("gave up on %r", self.name)
                     if self._waited_ms:
                         self._unclaim_quietly(token)
                     return False
@@ -347,12 +346,16 @@ class BaseLock:
         try:
             self._do_cleanup(token)
         except Exception as exc:
-            acquire_logger.warning(
-                "Could not clean up after a failed acquire of %r (it expires in %.3fs): %s",
-                self.name,
-                self.ttl,
-                exc,
-            )
+            self._log_cleanup_failure(exc)
+
+    def _log_cleanup_failure(self, exc: BaseException) -> None:
+        # One message for both twins.
+        acquire_logger.warning(
+            "Could not clean up after a failed acquire of %r (it expires in %.3fs): %s",
+            self.name,
+            self.ttl,
+            exc,
+        )
 
     def __enter__(self) -> BaseLock:
         if not self.acquire():
@@ -503,9 +506,7 @@ class BaseLock:
         try:
             await self._ado_cleanup(token)
         except Exception as exc:
-            acquire_logger.warning(
-                "Could not clean up after a failed acquire of %r: %s", self.name, exc
-            )
+            self._log_cleanup_failure(exc)
 
     async def __aenter__(self) -> BaseLock:
         if not await self.aacquire():
@@ -518,6 +519,9 @@ class BaseLock:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        # Unlike __exit__, no deferral to the end of a database transaction: Django's
+        # transactions are sync-only (atomic() refuses to run in an event loop), so no
+        # transaction of this thread can be open around an ``async with``.
         lost = self.lost
         try:
             if self.token is not None:
@@ -581,6 +585,7 @@ class _Attempts:
         lock.last_holder_ttl = pttl_ms / 1000 if pttl_ms > 0 else None
         now = clock()
         if self.deadline is not None and now >= self.deadline:
+            acquire_logger.debug("gave up on %r", lock.name)
             return None
         # From the second attempt on we are a waiter with a place in line.
         lock._waited_ms = max(1, int((now - self.first) * 1000))

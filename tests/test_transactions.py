@@ -118,3 +118,40 @@ def test_atomic_requests_view_releases_after_commit(lock_backend, client, settin
     # Deferred: released from on_commit, outside the transaction; else inside it.
     assert seen == [not deferred]
     assert not Lock("page:atomic").locked()
+
+
+@pytest.mark.django_db
+def test_the_twins_agree_async_with_has_no_transaction_to_wait_for():
+    """__exit__ defers to the commit; __aexit__ cannot meet an open transaction: Django
+    refuses atomic() inside an event loop. The async twin releases at once."""
+    import asyncio
+
+    from django.core.exceptions import SynchronousOnlyOperation
+
+    async def main() -> None:
+        with pytest.raises(SynchronousOnlyOperation), transaction.atomic():
+            pass
+        async with Lock("twins", ttl=5) as lock:
+            assert await lock.alocked()
+        assert not await lock.alocked()
+
+    asyncio.run(main())
+
+
+def test_the_twins_log_the_same_messages(caplog):
+    import asyncio
+
+    caplog.set_level("DEBUG", logger="django_redislock")
+    holder = Lock("twins-log", ttl=5)
+    holder.acquire()
+    assert not Lock("twins-log", ttl=5).acquire(timeout=0.01)
+    sync_messages = [r.getMessage() for r in caplog.records if "gave up" in r.getMessage()]
+    caplog.clear()
+
+    async def main() -> None:
+        assert not await Lock("twins-log", ttl=5).aacquire(timeout=0.01)
+
+    asyncio.run(main())
+    async_messages = [r.getMessage() for r in caplog.records if "gave up" in r.getMessage()]
+    holder.release()
+    assert sync_messages == async_messages == ["gave up on 'twins-log'"]
