@@ -346,9 +346,9 @@ class BaseLock:
         try:
             self._do_cleanup(token)
         except Exception as exc:
-            self._log_cleanup_failure(exc)
+            self._warn_cleanup_failed(exc)
 
-    def _log_cleanup_failure(self, exc: BaseException) -> None:
+    def _warn_cleanup_failed(self, exc: BaseException) -> None:
         # One message for both twins.
         acquire_logger.warning(
             "Could not clean up after a failed acquire of %r (it expires in %.3fs): %s",
@@ -506,7 +506,7 @@ class BaseLock:
         try:
             await self._ado_cleanup(token)
         except Exception as exc:
-            self._log_cleanup_failure(exc)
+            self._warn_cleanup_failed(exc)
 
     async def __aenter__(self) -> BaseLock:
         if not await self.aacquire():
