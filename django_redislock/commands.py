@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from .exceptions import LockNotAcquired
+from .factory import holder_info, make_lock
 from .keys import validate_seconds
 from .naming import NameTemplate, checked_name
 
@@ -63,8 +64,6 @@ def run_locked(
     lock_kwargs: Mapping[str, Any],
 ) -> R | None:
     """Run ``call()`` holding lock ``name`` (default: the command's name); apply ``on_busy``."""
-    from .decorators import holder_info, make_lock
-
     cmd = command_name(command)
     kwargs = {"purpose": f"manage.py {cmd}", **lock_kwargs}
     if on_busy != "wait":

@@ -19,71 +19,19 @@ from asgiref.sync import async_to_sync, iscoroutinefunction, sync_to_async
 from django.http import HttpResponse
 from django.utils.module_loading import import_string
 
+from .commands import run_locked, validate_on_busy
 from .conf import get_config
-from .exceptions import LockNotAcquired, RedisLockError
+from .exceptions import LockNotAcquired
+from .factory import check_lock_kwargs, holder_info, lock_class, make_lock
 from .naming import CallNamer
 
 if TYPE_CHECKING:
-    from .inspect import LockInfo
     from .lock import BaseLock
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 view_logger = logging.getLogger("django_redislock.views")
-
-#: Lock keyword arguments the decorators accept besides those of ``Lock`` / ``Redlock``.
-BACKENDS = ("redis", "redlock")
-
-
-def lock_class(backend: str | None = None, connections: Any = None) -> type[BaseLock]:
-    """The lock class for a decorator: ``Redlock`` for ``backend="redlock"`` or
-    ``connections=[...]``, else ``Lock``. Redlock is imported only when asked for."""
-    if backend is not None and backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
-    if backend == "redlock" or (backend is None and connections is not None):
-        from .redlock import Redlock
-
-        return Redlock
-    if connections is not None:
-        raise ValueError('connections=[...] needs backend="redlock" (or no backend)')
-    from .lock import Lock
-
-    return Lock
-
-
-def check_lock_kwargs(lock_kwargs: dict[str, Any]) -> None:
-    """Reject, at decoration time, keyword arguments the lock class does not take."""
-    kwargs = dict(lock_kwargs)
-    cls = lock_class(kwargs.pop("backend", None), kwargs.get("connections"))
-    params = inspect.signature(cls).parameters
-    unknown = sorted(set(kwargs) - set(params) | ({"name"} & set(kwargs)))
-    if unknown:
-        allowed = sorted(set(params) - {"name"} | {"backend"})
-        raise TypeError(
-            f"Unknown lock option(s) {', '.join(unknown)} for {cls.__name__}; "
-            f"allowed: {', '.join(allowed)}"
-        )
-
-
-def make_lock(name: str, **lock_kwargs: Any) -> BaseLock:
-    """A new lock object named ``name`` (``backend=`` picks the class, see :func:`lock_class`)."""
-    backend = lock_kwargs.pop("backend", None)
-    return lock_class(backend, lock_kwargs.get("connections"))(name, **lock_kwargs)
-
-
-def holder_info(lock: BaseLock) -> LockInfo | None:
-    """Who holds ``lock`` now (``None`` if nobody, or if Redis cannot tell us)."""
-    from .inspect import lock_info
-
-    alias = getattr(lock, "connection", None)
-    if alias is None:
-        alias = next(iter(getattr(lock, "connections", None) or ()), None)
-    try:
-        return lock_info(lock.name, connection=alias)
-    except RedisLockError as exc:
-        view_logger.warning("Could not read the holder of lock %r: %s", lock.name, exc)
-        return None
 
 
 def dotted_path(func: Callable[..., Any]) -> str:
@@ -285,8 +233,6 @@ def lock_command(
     ever, then error). ``timeout`` defaults to 0 for "error" and "skip". ``purpose`` is
     ``manage.py <command>``.
     """
-    from .commands import run_locked, validate_on_busy
-
     if callable(name) and getattr(name, "__name__", "") == "handle":
         raise TypeError("Use @lock_command() with parentheses (or @lock_command('name')).")
     validate_on_busy(on_busy)

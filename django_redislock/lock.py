@@ -23,6 +23,7 @@ from redis.exceptions import ReadOnlyError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from . import leases, replication, signals, waiting, watchdog
+from .clock import now
 from .conf import get_config
 from .connection import async_lock_client, lock_client
 from .exceptions import (
@@ -40,8 +41,8 @@ from .transactions import defer_release_to_commit
 acquire_logger = logging.getLogger("django_redislock.acquire")
 release_logger = logging.getLogger("django_redislock.release")
 
-#: The clock every lock uses for timeouts and validity; tests may replace it.
-clock: Callable[[], float] = time.monotonic
+#: The clock every lock uses for timeouts and validity (:mod:`django_redislock.clock`).
+clock: Callable[[], float] = now
 
 #: Errors that mean "the server could not be reached": the outcome is unknown.
 UNREACHABLE = (RedisConnectionError, RedisTimeoutError, ReadOnlyError, OSError)
@@ -369,7 +370,8 @@ class BaseLock:
         tb: TracebackType | None,
     ) -> None:
         lost = self.lost
-        if not lost and self.token is not None and defer_release_to_commit(self):
+        release = self._release_after_transaction
+        if not lost and self.token is not None and defer_release_to_commit(release):
             return  # released when the open transaction commits or rolls back
         try:
             if self.token is not None:

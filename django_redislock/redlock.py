@@ -43,7 +43,7 @@ import threading
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
-from . import leases
+from . import clock, leases
 from . import lock as lock_module
 from .conf import get_config
 from .connection import async_lock_client, park_inherited
@@ -86,10 +86,6 @@ def connect_budget(ttl: float, node_timeout: float) -> float:
     The time counts against the lock's validity like any other.
     """
     return max(node_timeout, min(get_config()["SOCKET_CONNECT_TIMEOUT"], ttl / 2))
-
-
-def _clock() -> float:
-    return lock_module.clock()
 
 
 # -- the background event loop of the sync methods ------------------------------------
@@ -420,7 +416,7 @@ class Redlock(BaseLock):
             granted = sum(1 for r in results.values() if _granted(r))
             return granted >= quorum or len(results) - granted > total - quorum
 
-        started = _clock()
+        started = clock.now()
         results, tasks = await _scatter(
             self.connections, _script_op(ACQUIRE, keys, args), self._deadlines,
             self._inflight, enough,
@@ -432,7 +428,7 @@ class Redlock(BaseLock):
             if self.fencing:
                 fence = max(grants.values())
                 written = await self._write_back(token, fence, grants)
-            if written and _clock() - started < self.ttl - self.drift:
+            if written and clock.now() - started < self.ttl - self.drift:
                 return True, fence
             acquire_logger.debug(
                 "Redlock %r: majority granted but %s", self.name,
@@ -473,7 +469,7 @@ class Redlock(BaseLock):
             return False, held[0]  # a holder has a majority: wait for it
         # A split vote (or no validity left): retry soon, after a random delay so that
         # competing clients do not collide again.
-        elapsed = _clock() - started
+        elapsed = clock.now() - started
         spread = min(max(3 * elapsed, 0.001), self.ttl / 10)
         self._attempt = (base_token, token, random.uniform(0, spread))
         return False, max(1, round(spread * 1000))
@@ -547,11 +543,11 @@ class Redlock(BaseLock):
             return _count(results, 1) >= quorum or _count(results, 0) > total - quorum
 
         op = _script_op(EXTEND, [self.keys.key, self.keys.meta], [token, ttl_ms])
-        started = _clock()
+        started = clock.now()
         results, _ = await _scatter(self.connections, op, self._deadlines, self._inflight, enough)
         if _count(results, 1) >= quorum:
             ttl = ttl_ms / 1000
-            return _clock() - started < ttl - clock_drift(ttl)
+            return clock.now() - started < ttl - clock_drift(ttl)
         self._raise_if_too_few(results, "extend")
         return False
 

@@ -11,30 +11,28 @@ transaction or savepoint), from a finalizer on the dropped callback, at once.
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .lock import BaseLock
+from collections.abc import Callable
+from typing import Any
 
 
 class _ReleaseOnCommit:
     """The on-commit callback. Its finalizer is the release on rollback."""
 
-    __slots__ = ("__weakref__", "done", "lock")
+    __slots__ = ("__weakref__", "done", "release")
 
-    def __init__(self, lock: BaseLock, done: list[bool]) -> None:
-        self.lock = lock
+    def __init__(self, release: Callable[[], None], done: list[bool]) -> None:
+        self.release = release
         self.done = done
 
     def __call__(self) -> None:
         self.done[0] = True
-        self.lock._release_after_transaction()
+        self.release()
 
 
-def _release_if_dropped(lock: BaseLock, done: list[bool]) -> None:
+def _release_if_dropped(release: Callable[[], None], done: list[bool]) -> None:
     if not done[0]:
         done[0] = True
-        lock._release_after_transaction()
+        release()
 
 
 def open_atomic_alias() -> str | None:
@@ -52,8 +50,8 @@ def open_atomic_alias() -> str | None:
     return None
 
 
-def defer_release_to_commit(lock: BaseLock) -> bool:
-    """Arrange for ``lock`` to be released when the open transaction ends.
+def defer_release_to_commit(release: Callable[[], None]) -> bool:
+    """Arrange for ``release()`` to run when the open transaction ends.
 
     Returns False (release now) when no transaction is open.
     """
@@ -67,8 +65,8 @@ def defer_release_to_commit(lock: BaseLock) -> bool:
     if alias is None:
         return False
     done = [False]
-    callback = _ReleaseOnCommit(lock, done)
-    weakref.finalize(callback, _release_if_dropped, lock, done)
+    callback = _ReleaseOnCommit(release, done)
+    weakref.finalize(callback, _release_if_dropped, release, done)
     transaction.on_commit(callback, using=alias)
     return True
 

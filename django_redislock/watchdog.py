@@ -26,7 +26,7 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from . import signals
+from . import clock, signals
 
 if TYPE_CHECKING:
     from .lock import BaseLock
@@ -57,12 +57,6 @@ class _Entry:
         self.weak = weakref.ref(lock)
 
 
-def _clock() -> float:
-    from . import lock as lock_module
-
-    return lock_module.clock()
-
-
 def mark_lost(lock: BaseLock, reason: str) -> None:
     """Mark ``lock`` lost and tell everyone who listens, once."""
     if lock._lost:
@@ -87,7 +81,7 @@ class _Schedule:
         token = lock.token
         assert token is not None
         # ``due`` is the latest sensible renewal time; ``due - slack`` the earliest.
-        self.entries[id(lock)] = _Entry(lock, token, _clock() + lock.ttl * RENEW_FRACTION)
+        self.entries[id(lock)] = _Entry(lock, token, clock.now() + lock.ttl * RENEW_FRACTION)
 
     def discard(self, lock: BaseLock) -> None:
         entry = self.entries.get(id(lock))
@@ -120,7 +114,7 @@ class _Schedule:
         if lock.token != entry.token:
             self.entries.pop(id(lock), None)  # released meanwhile: the release won
             return
-        now = _clock()
+        now = clock.now()
         if outcome is True:
             lock.valid_until = started + lock._validity(started)
             entry.due = started + lock.ttl * RENEW_FRACTION
@@ -175,7 +169,7 @@ class _ThreadWatchdog:
         idle_since: float | None = None
         while True:
             with self.cond:
-                now = _clock()
+                now = clock.now()
                 due, orphans = self.schedule.take_due(now)
                 if not due and not orphans:
                     next_due = self.schedule.next_due()
@@ -197,7 +191,7 @@ class _ThreadWatchdog:
                 self._renew(due)
 
     def _renew(self, due: list[tuple[_Entry, BaseLock]]) -> None:
-        started = _clock()
+        started = clock.now()
         outcomes = _renew_batch([(lock, entry.token) for entry, lock in due])
         with self.cond:
             for (entry, lock), outcome in zip(due, outcomes, strict=True):
@@ -254,14 +248,14 @@ class _LoopWatchdog:
     async def _run(self) -> None:
         idle_since: float | None = None
         while True:
-            now = _clock()
+            now = clock.now()
             due, orphans = self.schedule.take_due(now)
             for entry in orphans:
                 _release_orphan(entry)
             due = [(e, lock) for e, lock in due if not self.schedule.past_max_hold(e, lock, now)]
             if due:
                 idle_since = None
-                started = _clock()
+                started = clock.now()
                 outcomes = await asyncio.gather(
                     *(lock._ado_extend(entry.token, lock._ttl_ms) for entry, lock in due),
                     return_exceptions=True,

@@ -1,0 +1,76 @@
+"""Building a lock from the arguments of a decorator or a command, and reading its holder.
+
+Shared by :mod:`django_redislock.decorators` and :class:`LockedCommand`
+(:mod:`django_redislock.commands`), which both build a lock per call from a name
+and keyword arguments, and report who holds it when it is busy.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from typing import TYPE_CHECKING, Any
+
+from .exceptions import RedisLockError
+
+if TYPE_CHECKING:
+    from .inspect import LockInfo
+    from .lock import BaseLock
+
+view_logger = logging.getLogger("django_redislock.views")
+
+#: Lock keyword arguments the decorators accept besides those of ``Lock`` / ``Redlock``.
+BACKENDS = ("redis", "redlock")
+
+
+def lock_class(backend: str | None = None, connections: Any = None) -> type[BaseLock]:
+    """The lock class for a decorator: ``Redlock`` for ``backend="redlock"`` or
+    ``connections=[...]``, else ``Lock``. Redlock is imported only when asked for."""
+    if backend is not None and backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
+    if backend == "redlock" or (backend is None and connections is not None):
+        from .redlock import Redlock
+
+        return Redlock
+    if connections is not None:
+        raise ValueError('connections=[...] needs backend="redlock" (or no backend)')
+    from .lock import Lock
+
+    return Lock
+
+
+def check_lock_kwargs(lock_kwargs: dict[str, Any]) -> None:
+    """Reject, at decoration time, keyword arguments the lock class does not take."""
+    kwargs = dict(lock_kwargs)
+    cls = lock_class(kwargs.pop("backend", None), kwargs.get("connections"))
+    params = inspect.signature(cls).parameters
+    unknown = sorted(set(kwargs) - set(params) | ({"name"} & set(kwargs)))
+    if unknown:
+        allowed = sorted(set(params) - {"name"} | {"backend"})
+        raise TypeError(
+            f"Unknown lock option(s) {', '.join(unknown)} for {cls.__name__}; "
+            f"allowed: {', '.join(allowed)}"
+        )
+
+
+def make_lock(name: str, **lock_kwargs: Any) -> BaseLock:
+    """A new lock object named ``name`` (``backend=`` picks the class, see :func:`lock_class`)."""
+    backend = lock_kwargs.pop("backend", None)
+    return lock_class(backend, lock_kwargs.get("connections"))(name, **lock_kwargs)
+
+
+def holder_info(lock: BaseLock) -> LockInfo | None:
+    """Who holds ``lock`` now (``None`` if nobody, or if Redis cannot tell us)."""
+    from .inspect import lock_info
+
+    alias = getattr(lock, "connection", None)
+    if alias is None:
+        alias = next(iter(getattr(lock, "connections", None) or ()), None)
+    try:
+        return lock_info(lock.name, connection=alias)
+    except RedisLockError as exc:
+        view_logger.warning("Could not read the holder of lock %r: %s", lock.name, exc)
+        return None
+
+
+__all__ = ["BACKENDS", "check_lock_kwargs", "holder_info", "lock_class", "make_lock"]
