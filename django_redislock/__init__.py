@@ -29,10 +29,10 @@ _LAZY = {
     "lock_view": ".decorators",
     "lock_command": ".decorators",
     "LockedCommand": ".commands",
-    "held_locks": ".inspect",
-    "lock_info": ".inspect",
-    "force_release": ".inspect",
-    "LockInfo": ".inspect",
+    "held_locks": ".inspection",
+    "lock_info": ".inspection",
+    "force_release": ".inspection",
+    "LockInfo": ".inspection",
 }
 
 if TYPE_CHECKING:

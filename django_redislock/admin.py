@@ -40,7 +40,7 @@ from django.utils.timesince import timesince
 
 from .conf import get_config
 from .exceptions import InvalidLockName, RedisLockError
-from .inspect import (
+from .inspection import (
     CHANGED_HANDS,
     RELEASED,
     LockInfo,

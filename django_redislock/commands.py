@@ -16,7 +16,7 @@ from .keys import validate_seconds
 from .naming import NameTemplate, checked_name
 
 if TYPE_CHECKING:
-    from .inspect import LockInfo
+    from .inspection import LockInfo
     from .lock import BaseLock
 
 R = TypeVar("R")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from .exceptions import RedisLockError
 
 if TYPE_CHECKING:
-    from .inspect import LockInfo
+    from .inspection import LockInfo
     from .lock import BaseLock
 
 view_logger = logging.getLogger("django_redislock.views")
@@ -61,7 +61,7 @@ def make_lock(name: str, **lock_kwargs: Any) -> BaseLock:
 
 def holder_info(lock: BaseLock) -> LockInfo | None:
     """Who holds ``lock`` now (``None`` if nobody, or if Redis cannot tell us)."""
-    from .inspect import lock_info
+    from .inspection import lock_info
 
     alias = getattr(lock, "connection", None)
     if alias is None:

@@ -15,11 +15,11 @@ from django_redislock import (
     LockInfo,
     force_release,
     held_locks,
+    inspection,
     lock_info,
 )
-from django_redislock import inspect as inspection
 from django_redislock.holder import SEPARATOR
-from django_redislock.inspect import (
+from django_redislock.inspection import (
     CHANGED_HANDS,
     NOT_HELD,
     RELEASED,
@@ -304,3 +304,14 @@ def test_unreachable_server_raises_backend_unavailable(settings, real_backend):
         list(held_locks())
     with pytest.raises(LockBackendUnavailable):
         scan_page()
+
+
+def test_the_old_module_name_still_imports_with_a_deprecation_warning(monkeypatch):
+    import importlib
+    import sys
+
+    monkeypatch.delitem(sys.modules, "django_redislock.inspect", raising=False)
+    with pytest.warns(DeprecationWarning, match="django_redislock.inspection"):
+        old = importlib.import_module("django_redislock.inspect")
+    assert old is inspection
+    assert old.held_locks is inspection.held_locks

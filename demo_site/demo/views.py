@@ -19,7 +19,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from django_redislock import LockInfo, lock_view
-from django_redislock.inspect import scan_page
+from django_redislock.inspection import scan_page
 
 from .models import DemoEvent, Ledger, Report
 

@@ -15,7 +15,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_redislock.conf import get_config
 from django_redislock.exceptions import RedisLockError
-from django_redislock.inspect import (
+from django_redislock.inspection import (
     CHANGED_HANDS,
     RELEASED,
     LockInfo,

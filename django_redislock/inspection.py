@@ -1,0 +1,423 @@
+"""Looking at held locks from outside: what the admin page and the command use."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from . import signals
+from .conf import get_config
+from .connection import lock_client
+from .exceptions import LockBackendUnavailable, RedisLockError
+from .holder import parse_holder
+from .keys import LockKeys, name_from_key, validate_name, validate_prefix
+from .lock import is_unreachable
+from .scripts import FORCE_RELEASE
+
+
+@dataclass(frozen=True)
+class LockOwner:
+    """Where the holder runs."""
+
+    host: str
+    pid: int | None
+    thread: str
+
+    def __str__(self) -> str:
+        pid = "?" if self.pid is None else self.pid
+        return f"{self.host}:{pid}/{self.thread}" if self.thread else f"{self.host}:{pid}"
+
+
+@dataclass(frozen=True)
+class LockInfo:
+    """One held lock, as read from Redis."""
+
+    name: str
+    key: str
+    #: Seconds of TTL left (``None`` if the key has no TTL, which our locks never do).
+    ttl: float | None
+    owner: LockOwner
+    #: What the lock guards: a view's dotted path, ``manage.py <command>``, a function.
+    purpose: str
+    acquired_at: dt.datetime | None
+    fence: int | None
+    watchdog: bool
+    connection: str
+    #: The holder's token: what a token-checked force-release needs. Treat as a secret.
+    token: str
+
+    @property
+    def short_token(self) -> str:
+        """The first characters of the token: enough to tell holders apart."""
+        return self.token[:6] + "…"
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def build_info(
+    name: str, key: str, token: Any, pttl: int, meta: dict[Any, Any], alias: str
+) -> LockInfo:
+    """A :class:`LockInfo` from the raw replies of GET, PTTL and HGETALL."""
+    fields = {_text(k): _text(v) for k, v in (meta or {}).items()}
+    if "holder" in fields:
+        fields.update(parse_holder(fields.pop("holder")))
+    pid = fields.get("pid", "")
+    stamp = fields.get("acquired_at", "")
+    try:
+        acquired = dt.datetime.fromtimestamp(float(stamp), tz=dt.timezone.utc) if stamp else None
+    except ValueError:
+        acquired = None
+    fence = fields.get("fence", "")
+    return LockInfo(
+        name=name,
+        key=key,
+        ttl=None if pttl is None or pttl < 0 else pttl / 1000,
+        owner=LockOwner(
+            host=fields.get("host", ""),
+            pid=int(pid) if pid.isdigit() else None,
+            thread=fields.get("thread", ""),
+        ),
+        purpose=fields.get("purpose", ""),
+        acquired_at=acquired,
+        fence=int(fence) if fence.isdigit() and fence != "0" else None,
+        watchdog=fields.get("watchdog") == "1",
+        connection=alias,
+        token=_text(token),
+    )
+
+
+def _keys(name: str) -> LockKeys:
+    return LockKeys.build(validate_prefix(get_config()["KEY_PREFIX"]), validate_name(name))
+
+
+def _alias(connection: str | None) -> str:
+    return get_config()["CONNECTION"] if connection is None else connection
+
+
+def _unavailable(alias: str, name: str | None, exc: BaseException) -> RedisLockError:
+    if is_unreachable(exc):
+        return LockBackendUnavailable(
+            f"Redis of connection {alias!r} is unavailable: {exc}", lock_name=name, aliases=[alias]
+        )
+    return RedisLockError(f"Redis of connection {alias!r} refused a command: {exc}", lock_name=name)
+
+
+def lock_info(name: str, *, connection: str | None = None) -> LockInfo | None:
+    """What Redis says about lock ``name`` right now, or ``None`` if nobody holds it."""
+    keys = _keys(name)
+    alias = _alias(connection)
+    try:
+        pipe = lock_client(alias).pipeline(transaction=False)
+        pipe.get(keys.key)
+        pipe.pttl(keys.key)
+        pipe.hgetall(keys.meta)
+        token, pttl, meta = pipe.execute()
+    except RedisError as exc:
+        raise _unavailable(alias, name, exc) from exc
+    if token is None:
+        return None
+    return build_info(name, keys.key, token, pttl, meta, alias)
+
+
+# -- force-release ------------------------------------------------------------
+
+#: :attr:`ReleaseResult.status` values.
+RELEASED = "released"
+NOT_HELD = "not_held"
+CHANGED_HANDS = "changed_hands"
+
+# Without a token, force-release reads the holder and then deletes it only if
+# that same holder still holds it, so the holder it reports is the one it
+# removed. If the lock changes hands in between that many times in a row, it
+# gives up on knowing and deletes whoever holds it.
+_FORCE_RELEASE_ATTEMPTS = 5
+
+
+@dataclass(frozen=True)
+class ReleaseResult:
+    """What :func:`force_release_holder` did.
+
+    ``status`` is :data:`RELEASED`, :data:`NOT_HELD` or :data:`CHANGED_HANDS`.
+    ``info`` is the holder that was removed (released), or the holder found
+    instead of the expected one (changed hands; ``None`` if it expired too).
+    """
+
+    name: str
+    status: str
+    info: LockInfo | None
+
+    @property
+    def released(self) -> bool:
+        return self.status == RELEASED
+
+    def __bool__(self) -> bool:
+        return self.released
+
+
+def force_release_holder(
+    name: str, *, token: str | None = None, connection: str | None = None, user: Any = None
+) -> ReleaseResult:
+    """Like :func:`force_release`, but says what happened and whom it removed.
+
+    With ``token``, only the holder with that token is removed; ``CHANGED_HANDS``
+    means another holder (``info``) has it now, and it was left alone.
+    """
+    keys = _keys(name)
+    alias = _alias(connection)
+    if token is not None and not token:
+        raise ValueError("token must be a non-empty str, or None for whoever holds the lock")
+    info: LockInfo | None = None
+    for attempt in range(_FORCE_RELEASE_ATTEMPTS + 1):
+        info = lock_info(name, connection=connection)
+        if info is None:
+            return ReleaseResult(name, NOT_HELD, None)
+        if token is not None and info.token != token:
+            return ReleaseResult(name, CHANGED_HANDS, info)
+        last = attempt == _FORCE_RELEASE_ATTEMPTS
+        expected = "" if last and token is None else info.token
+        try:
+            result = FORCE_RELEASE(
+                lock_client(alias), [keys.key, keys.meta], [keys.channel, expected]
+            )
+        except RedisError as exc:
+            raise _unavailable(alias, name, exc) from exc
+        if result == 1:
+            removed = info if expected else None
+            signals.notify(
+                signals.lock_force_released,
+                _lock_class(),
+                info=removed,
+                name=name,
+                connection=alias,
+                user=user,
+            )
+            return ReleaseResult(name, RELEASED, removed)
+        if result == 0:  # expired between the read and the delete
+            return ReleaseResult(name, NOT_HELD, None)
+        if token is not None:
+            return ReleaseResult(name, CHANGED_HANDS, lock_info(name, connection=connection))
+        # Changed hands between our read and the delete: read the new holder.
+    return ReleaseResult(name, NOT_HELD, None)  # pragma: no cover - the last try is unconditional
+
+
+def force_release(
+    name: str, *, token: str | None = None, connection: str | None = None, user: Any = None
+) -> bool:
+    """Delete lock ``name`` whoever holds it, and wake its waiters.
+
+    With ``token``, delete it only if that holder still holds it (so a lock that
+    changed hands since you looked is left alone). Returns True when a lock was
+    deleted. The fence counter is kept, so the next holder's fence is higher.
+    Sends ``lock_force_released`` with the :class:`LockInfo` of the holder removed.
+    """
+    return force_release_holder(name, token=token, connection=connection, user=user).released
+
+
+def _lock_class() -> type:
+    from .lock import Lock
+
+    return Lock
+
+
+# -- listing ----------------------------------------------------------------
+
+#: Characters with a meaning in a Redis glob pattern (``SCAN MATCH``).
+_GLOB_SPECIAL = frozenset("\\*?[]")
+# SCAN COUNT bounds. COUNT is how many hash-table slots one SCAN call visits:
+# small keeps each call short on the server, large saves round trips when few
+# keys match (a pattern search among a million cache keys).
+MIN_SCAN_COUNT = 100
+MAX_SCAN_COUNT = 5_000
+# Lock keys wanted from one SCAN call while iterating held_locks().
+_BATCH_TARGET = 250
+
+
+def glob_escape(text: str) -> str:
+    """``text`` as a Redis glob pattern that matches exactly ``text``."""
+    return "".join("\\" + ch if ch in _GLOB_SPECIAL else ch for ch in text)
+
+
+def is_glob(pattern: str) -> bool:
+    """Whether ``pattern`` uses glob syntax (``*``, ``?``, a ``[...]`` class)."""
+    return "*" in pattern or "?" in pattern or re.search(r"\[[^\]]+\]", pattern) is not None
+
+
+def search_pattern(query: str) -> str:
+    """The name pattern for a search box: a glob as is, else "names containing it"."""
+    query = query.strip()
+    if not query:
+        return "*"
+    return query if is_glob(query) else f"*{glob_escape(query)}*"
+
+
+def lock_key_pattern(pattern: str = "*") -> str:
+    """The ``SCAN MATCH`` pattern of lock keys whose names match glob ``pattern``.
+
+    Only lock keys ``P:{N}`` match: companion keys (``P:{N}:meta``,
+    ``P:{N}:fence``) do not end with ``}``. The prefix is escaped, so a prefix
+    with glob characters matches literally.
+    """
+    if not isinstance(pattern, str) or not pattern:
+        raise ValueError(f"pattern must be a non-empty glob str, not {pattern!r}")
+    if "{" in pattern or "}" in pattern:
+        raise ValueError(f"Lock names never contain '{{' or '}}'; bad pattern {pattern!r}")
+    prefix = validate_prefix(get_config()["KEY_PREFIX"])
+    return f"{glob_escape(prefix)}:{{{pattern}}}"
+
+
+def _nodes(client: Any) -> list[Any]:
+    """The clients to scan: every primary of a cluster, else the client itself."""
+    get_primaries = getattr(client, "get_primaries", None)
+    if get_primaries is None:
+        return [client]
+    nodes = []
+    for node in get_primaries():
+        conn = getattr(node, "redis_connection", None)
+        nodes.append(conn if conn is not None else client.get_redis_connection(node))
+    return nodes
+
+
+def _next_count(count: int, found: int, wanted: int) -> int:
+    """Adapt SCAN COUNT so the next call returns about ``wanted`` lock keys."""
+    if found <= 0:
+        return min(MAX_SCAN_COUNT, count * 4)
+    guess = count * wanted // found
+    return max(MIN_SCAN_COUNT, min(MAX_SCAN_COUNT, guess, count * 4))
+
+
+def _read_batch(client: Any, raw_keys: list[Any], alias: str) -> list[LockInfo]:
+    """Pipelined GET, PTTL and HGETALL of a batch of lock keys: one round trip."""
+    prefix = get_config()["KEY_PREFIX"]
+    found: list[tuple[str, str]] = []
+    for raw in raw_keys:
+        key = _text(raw)
+        name = name_from_key(prefix, key)
+        if name is not None:
+            found.append((name, key))
+    if not found:
+        return []
+    pipe = client.pipeline(transaction=False)
+    for _name, key in found:
+        pipe.get(key).pttl(key).hgetall(f"{key}:meta")
+    replies = pipe.execute()
+    infos = []
+    for i, (name, key) in enumerate(found):
+        token, pttl, meta = replies[3 * i : 3 * i + 3]
+        if token is not None:  # expired or released since the SCAN
+            infos.append(build_info(name, key, token, pttl, meta, alias))
+    return infos
+
+
+def held_locks(
+    pattern: str = "*", *, connection: str | None = None, count: int | None = None
+) -> Iterator[LockInfo]:
+    """Every held lock whose name matches the glob ``pattern``, read live.
+
+    Scans with ``SCAN MATCH`` (never ``KEYS``) on every primary, and reads each
+    batch's tokens, TTLs and metadata in one pipelined round trip. ``count`` is
+    the ``SCAN COUNT`` hint; by default it adapts to how many keys match. A lock
+    taken or released during the scan may or may not be listed (SCAN's
+    guarantee: a lock held throughout is listed, at most a few times twice).
+    Use :func:`glob_escape` to match a name that contains ``*?[]\\`` literally.
+    """
+    match = lock_key_pattern(pattern)
+    alias = _alias(connection)
+    fixed = count is not None
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
+        raise ValueError(f"count must be a positive int, not {count!r}")
+    try:
+        nodes = _nodes(lock_client(alias))
+    except RedisError as exc:
+        raise _unavailable(alias, None, exc) from exc
+    for client in nodes:
+        cursor = 0
+        step: int = MIN_SCAN_COUNT if count is None else count
+        while True:
+            try:
+                cursor, raw_keys = client.scan(cursor=cursor, match=match, count=step)
+                infos = _read_batch(client, raw_keys, alias)
+            except RedisError as exc:
+                raise _unavailable(alias, None, exc) from exc
+            yield from infos
+            if not cursor:
+                break
+            if not fixed:
+                step = _next_count(step, len(raw_keys), _BATCH_TARGET)
+
+
+def _parse_cursor(cursor: str | int | None, nodes: int) -> tuple[int, int]:
+    if cursor is None or cursor == "" or cursor == 0:
+        return 0, 0
+    text = str(cursor)
+    node, _, position = text.rpartition("-")
+    try:
+        index, value = (int(node) if node else 0), int(position)
+    except ValueError:
+        raise ValueError(f"Not a held-locks cursor: {cursor!r}") from None
+    if not (0 <= index < nodes) or value < 0:
+        raise ValueError(f"Not a held-locks cursor: {cursor!r}")
+    return index, value
+
+
+def _format_cursor(index: int, value: int, nodes: int) -> str:
+    return str(value) if nodes == 1 else f"{index}-{value}"
+
+
+def scan_page(
+    pattern: str = "*",
+    cursor: str | int | None = None,
+    page_size: int = 100,
+    connection: str | None = None,
+    *,
+    max_seconds: float | None = None,
+) -> tuple[list[LockInfo], str | None]:
+    """One page of held locks, for paging through many without loading them all.
+
+    Starts at ``cursor`` (``None`` for the first page), SCANs until it found at
+    least ``page_size`` locks or the scan ends, and returns ``(infos,
+    next_cursor)``; ``next_cursor`` is ``None`` when the scan is complete. A page
+    is made of whole SCAN batches, so it may hold somewhat more than
+    ``page_size`` locks (SCAN COUNT adapts to keep it close). With
+    ``max_seconds``, it stops early once that much time was spent, returning
+    what it found so far (maybe nothing) and the cursor to continue from: a
+    sparse pattern search over a huge database then never blocks a web request.
+    """
+    if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
+        raise ValueError(f"page_size must be a positive int, not {page_size!r}")
+    match = lock_key_pattern(pattern)
+    alias = _alias(connection)
+    try:
+        nodes = _nodes(lock_client(alias))
+    except RedisError as exc:
+        raise _unavailable(alias, None, exc) from exc
+    index, position = _parse_cursor(cursor, len(nodes))
+    deadline = None if max_seconds is None else time.monotonic() + max_seconds
+    infos: list[LockInfo] = []
+    step = max(MIN_SCAN_COUNT, min(MAX_SCAN_COUNT, page_size * 3))
+    while True:
+        client = nodes[index]
+        try:
+            position, raw_keys = client.scan(cursor=position, match=match, count=step)
+            infos.extend(_read_batch(client, raw_keys, alias))
+        except RedisError as exc:
+            raise _unavailable(alias, None, exc) from exc
+        if not position:
+            index += 1
+            if index == len(nodes):
+                return infos, None
+        if len(infos) >= page_size:
+            break
+        if deadline is not None and time.monotonic() >= deadline:
+            break
+        step = _next_count(step, len(raw_keys), page_size - len(infos))
+    return infos, _format_cursor(index, position, len(nodes))
