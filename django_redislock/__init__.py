@@ -28,7 +28,7 @@ _LAZY = {
     "locked": ".decorators",
     "lock_view": ".decorators",
     "lock_command": ".decorators",
-    "LockedCommand": ".commands",
+    "LockedCommand": ".locked_command",
     "held_locks": ".inspection",
     "lock_info": ".inspection",
     "force_release": ".inspection",

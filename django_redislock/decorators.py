@@ -19,10 +19,10 @@ from asgiref.sync import async_to_sync, iscoroutinefunction, sync_to_async
 from django.http import HttpResponse
 from django.utils.module_loading import import_string
 
-from .commands import run_locked, validate_on_busy
 from .conf import get_config
 from .exceptions import LockNotAcquired
 from .factory import check_lock_kwargs, holder_info, lock_class, make_lock
+from .locked_command import run_locked, validate_on_busy
 from .naming import CallNamer
 
 if TYPE_CHECKING:

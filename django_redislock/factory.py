@@ -1,7 +1,7 @@
 """Building a lock from the arguments of a decorator or a command, and reading its holder.
 
 Shared by :mod:`django_redislock.decorators` and :class:`LockedCommand`
-(:mod:`django_redislock.commands`), which both build a lock per call from a name
+(:mod:`django_redislock.locked_command`), which both build a lock per call from a name
 and keyword arguments, and report who holds it when it is busy.
 """
 

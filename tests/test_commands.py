@@ -133,7 +133,7 @@ def test_lock_command_validates_its_arguments():
 
 
 def test_error_when_holder_released_meanwhile(lock_backend):
-    from django_redislock.commands import describe_holder
+    from django_redislock.locked_command import describe_holder
 
     assert "released since" in describe_holder("x", None)
 
@@ -271,3 +271,15 @@ def test_manage_py_exits_non_zero_naming_the_holder():
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "report done\n"
+
+
+def test_the_old_module_name_still_imports_with_a_deprecation_warning(monkeypatch):
+    import importlib
+    import sys
+
+    from django_redislock import LockedCommand, locked_command
+
+    monkeypatch.delitem(sys.modules, "django_redislock.commands", raising=False)
+    with pytest.warns(DeprecationWarning, match="django_redislock.locked_command"):
+        old = importlib.import_module("django_redislock.commands")
+    assert old is locked_command and old.LockedCommand is LockedCommand
