@@ -370,8 +370,11 @@ class BaseLock:
         tb: TracebackType | None,
     ) -> None:
         lost = self.lost
-        release = self._release_after_transaction
-        if not lost and self.token is not None and defer_release_to_commit(release):
+        if (
+            not lost
+            and self.token is not None
+            and defer_release_to_commit(self._release_after_transaction)
+        ):
             return  # released when the open transaction commits or rolls back
         try:
             if self.token is not None:
