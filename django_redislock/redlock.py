@@ -187,12 +187,6 @@ async def _node_call(
     return await leases.call_within(client, op, deadlines.command, deadlines.connect)
 
 
-async def _step_client(alias: str) -> Any:
-    """The client a step uses on ``alias``: chosen when the step starts, so a call
-    queued behind an earlier one stays with the settings it began under."""
-    return await async_lock_client(alias)
-
-
 async def _capture(coro: Awaitable[Any]) -> Any:
     """The result, or the exception as a value (a node's failure is data here)."""
     try:
@@ -224,7 +218,9 @@ async def _scatter(
     go on in the background (their own timeout bounds them).
     """
     tasks: dict[str, asyncio.Future[Any]] = {}
-    clients = {alias: await _step_client(alias) for alias in aliases}
+    # Clients chosen when the step starts: a call queued behind an earlier one stays
+    # with the settings it began under.
+    clients = {alias: await async_lock_client(alias) for alias in aliases}
     for alias, client in clients.items():
         after = inflight.get(alias) if inflight is not None else None
         task = asyncio.ensure_future(_capture(_node_call(client, op, deadlines, after)))
