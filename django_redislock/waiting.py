@@ -30,6 +30,8 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 from redis.exceptions import RedisError
 
+from .wakeups import Wakeup, decode
+
 logger = logging.getLogger("django_redislock.waiting")
 
 #: Keep a channel subscribed this long after its last waiter left, so a busy
@@ -336,14 +338,14 @@ class _AliasListener:
                 data = data.encode()
             with self._lock:
                 local = self._waiters.get(channel, {})
-                if isinstance(data, bytes) and data.startswith(b"G:"):
-                    # Handed straight to one waiter ("G:<token>:<fence>"): if it
-                    # is ours, it holds the lock now; nobody else need wake.
-                    _, heir, fence = data.split(b":", 2)
-                    waiters = [w for w in local if w.token == heir][:1]
+                wakeup = decode(data) if isinstance(data, bytes) else Wakeup(everyone=False)
+                if wakeup.heir is not None:
+                    # Handed straight to one waiter: if it is ours, it holds the
+                    # lock now; nobody else need wake.
+                    waiters = [w for w in local if w.token == wakeup.heir][:1]
                     for waiter in waiters:
-                        waiter.granted = int(fence)
-                elif data == b"F":
+                        waiter.granted = wakeup.fence
+                elif wakeup.everyone:
                     # Freed outside the turn order (force-release, a leaving
                     # heir): everyone retries, so a waiting claimant is not missed.
                     waiters = list(local)

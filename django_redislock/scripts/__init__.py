@@ -11,6 +11,7 @@ from typing import Any
 from redis.exceptions import NoScriptError
 
 from ..leases import ScriptOp, call
+from ..wakeups import lua_prelude
 
 
 class Script:
@@ -20,7 +21,8 @@ class Script:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.source = resources.files(__package__).joinpath(f"{name}.lua").read_text("utf-8")
+        text = resources.files(__package__).joinpath(f"{name}.lua").read_text("utf-8")
+        self.source = lua_prelude(text) + text
         self.sha = hashlib.sha1(self.source.encode("utf-8")).hexdigest()
 
     def __call__(self, client: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:

@@ -5,7 +5,9 @@
 -- KEYS[1] lock key, KEYS[2] holder metadata,
 -- KEYS[3] optional claim ("token:waited:ttl_ms:fencing:holder"), KEYS[4] fence counter
 -- ARGV[1] token, ARGV[2] release channel
--- Publishes '1' (free: try again) or 'G:<token>:<fence>' (handed to that waiter).
+-- Publishes WAKE_FREE (free: the longest waiter tries again) or
+-- WAKE_HANDED_TO .. '<token>:<fence>' (handed to that waiter). The WAKE_* names are
+-- defined from django_redislock/wakeups.py when the script is loaded.
 -- Returns 1 when released, 0 when the lock is not ours (expired or re-taken).
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
@@ -23,9 +25,9 @@ if claim then
     redis.call('HSET', KEYS[2], 'fence', fence, 'holder', holder)
     redis.call('PEXPIRE', KEYS[2], ttl)
     redis.call('SET', KEYS[1], heir, 'PX', ttl)
-    redis.call('PUBLISH', ARGV[2], 'G:' .. heir .. ':' .. fence)
+    redis.call('PUBLISH', ARGV[2], WAKE_HANDED_TO .. heir .. ':' .. fence)
     return 1
   end
 end
-redis.call('PUBLISH', ARGV[2], '1')
+redis.call('PUBLISH', ARGV[2], WAKE_FREE)
 return 1

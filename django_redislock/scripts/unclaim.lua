@@ -2,6 +2,8 @@
 -- handed to it meanwhile, release it again so nobody waits for its TTL.
 -- KEYS[1] claim key, KEYS[2] lock key, KEYS[3] holder metadata
 -- ARGV[1] token, ARGV[2] release channel
+-- Publishes WAKE_FREED_OUT_OF_TURN (every waiter retries) when it releases; the
+-- WAKE_* names are defined from django_redislock/wakeups.py when the script is loaded.
 -- Returns 2 when a lock handed to us was released, 1 when our claim was dropped, else 0.
 local claim = redis.call('GET', KEYS[1])
 if claim and string.sub(claim, 1, #ARGV[1] + 1) == ARGV[1] .. ':' then
@@ -10,7 +12,7 @@ if claim and string.sub(claim, 1, #ARGV[1] + 1) == ARGV[1] .. ':' then
 end
 if KEYS[2] and redis.call('GET', KEYS[2]) == ARGV[1] then
   redis.call('DEL', KEYS[2], KEYS[3])
-  redis.call('PUBLISH', ARGV[2], 'F')
+  redis.call('PUBLISH', ARGV[2], WAKE_FREED_OUT_OF_TURN)
   return 2
 end
 return 0

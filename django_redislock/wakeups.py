@@ -1,0 +1,56 @@
+"""The wake-up messages a lock's release channel carries, in one place.
+
+The Lua scripts publish them and :mod:`django_redislock.waiting` reads them. The
+scripts name them (``WAKE_FREE``, ...); :class:`~django_redislock.scripts.Script`
+defines those names as Lua locals from the constants below before it loads a script,
+so the two sides cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+#: Released in turn: the longest-waiting local waiter tries again (one release, one winner).
+FREE = "1"
+#: Freed outside the turn order (force-release, a leaving heir): every waiter tries again,
+#: so a claimant queued behind others in its process is not missed.
+FREED_OUT_OF_TURN = "F"
+#: Prefix of ``"G:<token>:<fence>"``: handed straight to the waiter holding ``token``,
+#: which now holds the lock with that fence (0 without fencing).
+HANDED_TO = "G:"
+
+#: The Lua local names the scripts use, and their values.
+LUA_NAMES: dict[str, str] = {
+    "WAKE_FREE": FREE,
+    "WAKE_FREED_OUT_OF_TURN": FREED_OUT_OF_TURN,
+    "WAKE_HANDED_TO": HANDED_TO,
+}
+
+_FREED_OUT_OF_TURN = FREED_OUT_OF_TURN.encode()
+_HANDED_TO = HANDED_TO.encode()
+
+
+class Wakeup(NamedTuple):
+    """One decoded message: who should wake, and what the heir was granted."""
+
+    everyone: bool  # True: every local waiter; False: the longest-waiting one (or the heir)
+    heir: bytes | None = None  # the token the lock was handed to, if any
+    fence: int = 0  # the heir's fence
+
+
+def lua_prelude(source: str) -> str:
+    """Lua ``local`` lines defining the wake-up names that ``source`` uses."""
+    return "".join(
+        f"local {name} = '{value}'\n"
+        for name, value in LUA_NAMES.items()
+        if re.search(rf"\b{name}\b", source)
+    )
+
+
+def decode(data: bytes) -> Wakeup:
+    """Decode one message; anything unknown wakes the longest waiter (it retries safely)."""
+    if data.startswith(_HANDED_TO):
+        _, heir, fence = data.split(b":", 2)
+        return Wakeup(everyone=False, heir=heir, fence=int(fence))
+    return Wakeup(everyone=data == _FREED_OUT_OF_TURN)

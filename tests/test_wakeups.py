@@ -1,0 +1,51 @@
+"""The release channel's wake-up messages: one definition shared by Lua and Python."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from django_redislock import Lock, force_release, scripts, wakeups
+from django_redislock.wakeups import Wakeup, decode
+
+ALL_SCRIPTS = [v for v in vars(scripts).values() if isinstance(v, scripts.Script)]
+
+
+def test_decode_each_message():
+    assert decode(wakeups.FREE.encode()) == Wakeup(everyone=False)
+    assert decode(wakeups.FREED_OUT_OF_TURN.encode()) == Wakeup(everyone=True)
+    assert decode(b"G:tok-1:42") == Wakeup(everyone=False, heir=b"tok-1", fence=42)
+
+
+@pytest.mark.parametrize("script", ALL_SCRIPTS, ids=lambda s: s.name)
+def test_scripts_publish_only_named_messages(script):
+    # Every PUBLISH sends a WAKE_* name (or builds on one), never a bare literal,
+    # and every name a script uses is defined by the prelude it was loaded with.
+    for payload in re.findall(r"'PUBLISH',\s*ARGV\[\d\],\s*([^)]*)\)", script.source):
+        assert payload.startswith("WAKE_"), payload
+    used = set(re.findall(r"\bWAKE_[A-Z_]+\b", script.source))
+    defined = set(re.findall(r"^local (WAKE_[A-Z_]+) = ", script.source, re.M))
+    assert used == defined
+    assert used <= set(wakeups.LUA_NAMES)
+
+
+def test_scripts_publish_what_the_listener_decodes(lock_backend):
+    # The real server (and fakeredis) send exactly what the Python side decodes.
+    lock = Lock("wake-consts", ttl=5)
+    pubsub = lock_backend.client().pubsub()
+    pubsub.subscribe(lock.keys.channel)
+    assert pubsub.get_message(timeout=5)["type"] == "subscribe"
+
+    def next_data() -> bytes:
+        message = pubsub.get_message(timeout=5)
+        assert message is not None
+        return message["data"]
+
+    assert lock.acquire(blocking=False)
+    lock.release()
+    assert decode(next_data()) == Wakeup(everyone=False)
+    assert lock.acquire(blocking=False)
+    assert force_release("wake-consts")
+    assert decode(next_data()) == Wakeup(everyone=True)
+    pubsub.close()
