@@ -12,7 +12,7 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 
 from .conf import DEFAULTS, get_config
-from .keys import validate_ttl
+from .keys import ttl_milliseconds
 
 #: maxmemory policies that may evict a key that has a TTL, i.e. a held lock.
 EVICTING_POLICIES = {
@@ -96,7 +96,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         config["CONNECTION"], "REDISLOCK['CONNECTION']", "settings.REDISLOCK"
     )
     try:
-        validate_ttl(config["TTL"], "REDISLOCK['TTL']")
+        ttl_milliseconds(config["TTL"], "REDISLOCK['TTL']")
     except ValueError as exc:
         messages.append(
             Error(

@@ -68,8 +68,8 @@ def validate_seconds(value: object, what: str, *, allow_zero: bool) -> float:
     return value
 
 
-def validate_ttl(value: object, what: str = "ttl") -> int:
-    """Return a TTL given in seconds as whole milliseconds (at least 1)."""
+def ttl_milliseconds(value: object, what: str = "ttl") -> int:
+    """Validate a TTL given in seconds; return it as whole milliseconds (at least 1)."""
     seconds = validate_seconds(value, what, allow_zero=False)
     millis = round(seconds * 1000)
     if millis < 1:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import logging
 import os
 import secrets
@@ -34,7 +35,7 @@ from .exceptions import (
     RedisLockError,
 )
 from .holder import holder_description
-from .keys import LockKeys, validate_name, validate_prefix, validate_seconds, validate_ttl
+from .keys import LockKeys, ttl_milliseconds, validate_name, validate_prefix, validate_seconds
 from .scripts import ACQUIRE, EXTEND, RELEASE, UNCLAIM
 from .transactions import defer_release_to_commit
 
@@ -97,8 +98,8 @@ class BaseLock:
         self.name = validate_name(name)
         self.keys = LockKeys.build(validate_prefix(config["KEY_PREFIX"]), self.name)
         self.key = self.keys.key
-        self.ttl = validate_ttl(config["TTL"] if ttl is None else ttl) / 1000
-        self._ttl_ms = validate_ttl(self.ttl)
+        self._ttl_ms = ttl_milliseconds(config["TTL"] if ttl is None else ttl)
+        self.ttl = self._ttl_ms / 1000
         self.timeout = _validate_timeout(timeout)
         if not isinstance(blocking, bool):
             raise ValueError(f"blocking must be True or False, not {blocking!r}")
@@ -118,8 +119,9 @@ class BaseLock:
         self.fence = None
         self._lost = False
         self._owner_pid: int | None = None
-        #: clock() before the acquire that succeeded was sent.
-        self.acquired_at: float | None = None
+        #: clock() (monotonic) before the acquire that succeeded was sent.
+        self.acquired_monotonic: float | None = None
+        self._acquired_wall: float | None = None  # time.time() when it was taken
         #: clock() time until which this holder may believe it holds the lock.
         self.valid_until: float | None = None
         #: The holder's remaining TTL (seconds) seen by the last failed attempt.
@@ -140,6 +142,16 @@ class BaseLock:
             return True
         valid_until = self.valid_until
         return self.token is not None and valid_until is not None and clock() >= valid_until
+
+    @property
+    def acquired_at(self) -> dt.datetime | None:
+        """When this object took the lock it holds (aware, UTC), like ``LockInfo.acquired_at``.
+
+        ``None`` when not held. Durations are measured with ``acquired_monotonic``.
+        """
+        if self.token is None or self._acquired_wall is None:
+            return None
+        return dt.datetime.fromtimestamp(self._acquired_wall, dt.timezone.utc)
 
     # -- hooks for subclasses ---------------------------------------------
     def _do_acquire(self, token: str) -> tuple[bool, int]:
@@ -212,7 +224,8 @@ class BaseLock:
         self.fence = fence if self.fencing else None
         self._lost = False
         self._owner_pid = os.getpid()
-        self.acquired_at = started
+        self.acquired_monotonic = started
+        self._acquired_wall = time.time()
         self.valid_until = started + self._validity(started)
         self.last_holder_ttl = None
         if self.watchdog:
@@ -323,7 +336,7 @@ class BaseLock:
 
     def extend(self, ttl: float | None = None) -> None:
         """Reset the remaining TTL to ``ttl`` seconds (default: the lock's ttl)."""
-        ttl_ms = self._ttl_ms if ttl is None else validate_ttl(ttl)
+        ttl_ms = self._ttl_ms if ttl is None else ttl_milliseconds(ttl)
         token = self._owned_token("extend")
         started = clock()
         try:
@@ -496,7 +509,7 @@ class BaseLock:
 
     async def aextend(self, ttl: float | None = None) -> None:
         """Async twin of :meth:`extend`."""
-        ttl_ms = self._ttl_ms if ttl is None else validate_ttl(ttl)
+        ttl_ms = self._ttl_ms if ttl is None else ttl_milliseconds(ttl)
         token = self._owned_token("extend")
         started = clock()
         try:

@@ -49,7 +49,7 @@ from .conf import get_config
 from .connection import async_lock_client, park_inherited
 from .exceptions import LockBackendUnavailable, LockConfigurationError, RedisLockError
 from .holder import holder_fields
-from .keys import LockKeys, validate_seconds, validate_ttl
+from .keys import LockKeys, ttl_milliseconds, validate_seconds
 from .lock import UNREACHABLE, BaseLock, new_token
 from .scripts import ACQUIRE, EXTEND, FENCE_RAISE, RELEASE
 
@@ -362,7 +362,7 @@ class Redlock(BaseLock):
 
     def _subtract_drift(self, ttl: float | None) -> None:
         # BaseLock set valid_until = started + ttl; a Redlock may trust ttl - drift.
-        seconds = self.ttl if ttl is None else validate_ttl(ttl) / 1000
+        seconds = self.ttl if ttl is None else ttl_milliseconds(ttl) / 1000
         if self.valid_until is not None:
             self.valid_until -= clock_drift(seconds)
 

@@ -23,13 +23,10 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Hashable
+from typing import Any, Protocol
 
 from . import clock, signals
-
-if TYPE_CHECKING:
-    from .lock import BaseLock
 
 logger = logging.getLogger("django_redislock.watchdog")
 
@@ -44,12 +41,54 @@ RETRY_FRACTION = 1 / 10
 IDLE_EXIT_SECONDS = 1.0
 
 
+class Renewable(Protocol):
+    """Exactly what the watchdog needs from a lock (``BaseLock`` implements it: Lock, Redlock).
+
+    The public attributes are the lock's own; the underscored ones are the hooks a
+    lock kind implements for its Redis calls. Nothing else of a lock is touched here,
+    so a new kind only has to provide these.
+    """
+
+    name: str
+    token: str | None
+    ttl: float
+    max_hold: float | None
+    on_lost: Callable[[Any], Any] | None
+    #: clock() when the lock was taken (``max_hold`` counts from here).
+    acquired_monotonic: float | None
+    #: clock() time until which the holder may trust the lock; moved on by each renewal.
+    valid_until: float | None
+    #: Set once, by :func:`mark_lost`.
+    _lost: bool
+    #: The TTL each renewal sets.
+    _ttl_ms: int
+
+    def _validity(self, started: float) -> float:
+        """Seconds a renewal sent at ``started`` may be trusted for (TTL, less drift)."""
+
+    def _do_extend(self, token: str, ttl_ms: int) -> bool:
+        """Renew once (sync): True, or False when the token is gone."""
+
+    async def _ado_extend(self, token: str, ttl_ms: int) -> bool:
+        """Renew once (async): True, or False when the token is gone."""
+
+    def _renew_group(self) -> Hashable | None:
+        """Locks with the same group may be renewed together by ``_extend_many``."""
+
+    @classmethod
+    def _extend_many(cls, batch: list[tuple[Any, str]]) -> list[Any]:
+        """Renew ``(lock, token)`` pairs of one group: one outcome (bool or error) each."""
+
+    def _orphan_release(self, token: str) -> Callable[[], Any]:
+        """A callable that releases ``token`` without the lock object (it was collected)."""
+
+
 class _Entry:
     """One watched lock: a weak reference plus what we need if it is collected."""
 
     __slots__ = ("due", "release", "token", "weak")
 
-    def __init__(self, lock: BaseLock, token: str, due: float) -> None:
+    def __init__(self, lock: Renewable, token: str, due: float) -> None:
         self.token = token
         self.due = due
         # What releasing it needs without the object (used if it is collected).
@@ -57,7 +96,7 @@ class _Entry:
         self.weak = weakref.ref(lock)
 
 
-def mark_lost(lock: BaseLock, reason: str) -> None:
+def mark_lost(lock: Renewable, reason: str) -> None:
     """Mark ``lock`` lost and tell everyone who listens, once."""
     if lock._lost:
         return
@@ -77,13 +116,13 @@ class _Schedule:
     def __init__(self) -> None:
         self.entries: dict[int, _Entry] = {}
 
-    def add(self, lock: BaseLock) -> None:
+    def add(self, lock: Renewable) -> None:
         token = lock.token
         assert token is not None
         # ``due`` is the latest sensible renewal time; ``due - slack`` the earliest.
         self.entries[id(lock)] = _Entry(lock, token, clock.now() + lock.ttl * RENEW_FRACTION)
 
-    def discard(self, lock: BaseLock) -> None:
+    def discard(self, lock: Renewable) -> None:
         entry = self.entries.get(id(lock))
         if entry is not None and entry.weak() is lock:
             del self.entries[id(lock)]
@@ -92,10 +131,10 @@ class _Schedule:
         return min((e.due for e in self.entries.values()), default=None)
 
     @staticmethod
-    def _slack(lock: BaseLock) -> float:
+    def _slack(lock: Renewable) -> float:
         return lock.ttl * COALESCE_FRACTION
 
-    def take_due(self, now: float) -> tuple[list[tuple[_Entry, BaseLock]], list[_Entry]]:
+    def take_due(self, now: float) -> tuple[list[tuple[_Entry, Renewable]], list[_Entry]]:
         """(live due entries with their lock, entries whose lock was collected)."""
         due, orphans = [], []
         for key, entry in list(self.entries.items()):
@@ -109,7 +148,7 @@ class _Schedule:
                 due.append((entry, lock))
         return due, orphans
 
-    def settle(self, entry: _Entry, lock: BaseLock, outcome: Any, started: float) -> None:
+    def settle(self, entry: _Entry, lock: Renewable, outcome: Any, started: float) -> None:
         """Apply one renewal's outcome: True, False (token gone) or an exception."""
         if lock.token != entry.token:
             self.entries.pop(id(lock), None)  # released meanwhile: the release won
@@ -129,11 +168,11 @@ class _Schedule:
             left = (lock.valid_until or now) - now
             entry.due = now + max(0.001, min(lock.ttl * RETRY_FRACTION, left / 2))
 
-    def past_max_hold(self, entry: _Entry, lock: BaseLock, now: float) -> bool:
+    def past_max_hold(self, entry: _Entry, lock: Renewable, now: float) -> bool:
         """True when the lock has been held longer than its ``max_hold``: stop renewing."""
-        if lock.max_hold is None or lock.acquired_at is None:
+        if lock.max_hold is None or lock.acquired_monotonic is None:
             return False
-        if now - lock.acquired_at < lock.max_hold:
+        if now - lock.acquired_monotonic < lock.max_hold:
             return False
         if lock.valid_until is not None and now < lock.valid_until:
             entry.due = lock.valid_until  # let it expire, then report it lost
@@ -151,7 +190,7 @@ class _ThreadWatchdog:
         self.cond = threading.Condition()
         self.thread: threading.Thread | None = None
 
-    def watch(self, lock: BaseLock) -> None:
+    def watch(self, lock: Renewable) -> None:
         with self.cond:
             self.schedule.add(lock)
             if self.thread is None or not self.thread.is_alive():
@@ -161,7 +200,7 @@ class _ThreadWatchdog:
                 self.thread.start()
             self.cond.notify()
 
-    def unwatch(self, lock: BaseLock) -> None:
+    def unwatch(self, lock: Renewable) -> None:
         with self.cond:
             self.schedule.discard(lock)
 
@@ -190,7 +229,7 @@ class _ThreadWatchdog:
             if due:
                 self._renew(due)
 
-    def _renew(self, due: list[tuple[_Entry, BaseLock]]) -> None:
+    def _renew(self, due: list[tuple[_Entry, Renewable]]) -> None:
         started = clock.now()
         outcomes = _renew_batch([(lock, entry.token) for entry, lock in due])
         with self.cond:
@@ -198,7 +237,7 @@ class _ThreadWatchdog:
                 self.schedule.settle(entry, lock, outcome, started)
 
 
-def _renew_batch(items: list[tuple[BaseLock, str]]) -> list[Any]:
+def _renew_batch(items: list[tuple[Renewable, str]]) -> list[Any]:
     """Renew many locks: grouped per connection where the lock class can batch."""
     outcomes: list[Any] = [None] * len(items)
     groups: dict[Any, list[int]] = {}
@@ -236,13 +275,13 @@ class _LoopWatchdog:
         self.wake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
 
-    def watch(self, lock: BaseLock) -> None:
+    def watch(self, lock: Renewable) -> None:
         self.schedule.add(lock)
         if self.task is None or self.task.done():
             self.task = self.loop.create_task(self._run(), name="redislock-watchdog")
         self.wake.set()
 
-    def unwatch(self, lock: BaseLock) -> None:
+    def unwatch(self, lock: Renewable) -> None:
         self.schedule.discard(lock)
 
     async def _run(self) -> None:
@@ -283,7 +322,7 @@ _loop_watchdogs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopWatch
 )
 
 
-def watch(lock: BaseLock, *, in_loop: bool = False) -> None:
+def watch(lock: Renewable, *, in_loop: bool = False) -> None:
     """Start renewing ``lock`` (just acquired with ``watchdog=True``)."""
     if in_loop:
         loop = asyncio.get_running_loop()
@@ -295,7 +334,7 @@ def watch(lock: BaseLock, *, in_loop: bool = False) -> None:
         _thread_watchdog.watch(lock)
 
 
-def unwatch(lock: BaseLock) -> None:
+def unwatch(lock: Renewable) -> None:
     """Stop renewing ``lock`` (it is being released)."""
     _thread_watchdog.unwatch(lock)
     for dog in list(_loop_watchdogs.values()):

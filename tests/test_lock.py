@@ -475,3 +475,22 @@ def test_a_cancelled_async_call_leaves_no_connection_half_read(make_server, make
         gc.collect()
     assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
     assert _sockets_to(proxy.port) == before
+
+
+def test_acquired_at_means_what_lock_info_says(lock_backend):
+    # One meaning per name: an aware UTC datetime on the lock and on LockInfo alike.
+    from django_redislock import lock_info
+
+    lock = Lock("stamped", ttl=5)
+    assert lock.acquired_at is None
+    before = time.time()
+    assert lock.acquire(blocking=False)
+    stamped = lock.acquired_at
+    assert stamped is not None and stamped.tzinfo is not None
+    assert before - 0.001 <= stamped.timestamp() <= time.time() + 0.001
+    info = lock_info("stamped")
+    assert info is not None and info.acquired_at is not None
+    assert abs((info.acquired_at - stamped).total_seconds()) < 1
+    assert isinstance(lock.acquired_monotonic, float)
+    lock.release()
+    assert lock.acquired_at is None

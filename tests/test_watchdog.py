@@ -202,3 +202,88 @@ def test_fork_child_has_no_watchdog_and_cannot_renew(real_backend):
     assert result == b"\x00"
     assert lock.owned()
     lock.release()
+
+
+class _CounterKind:
+    """A lock kind written from nothing but watchdog.Renewable: one key, compare-and-PEXPIRE.
+
+    The watchdog must renew it, report it lost and release it when collected without a
+    change of its own (DESIGN §8: adding a kind needs no change to the watchdog).
+    """
+
+    def __init__(self, client, name, ttl=TTL):
+        self.client = client
+        self.name = name
+        self.ttl = ttl
+        self._ttl_ms = int(ttl * 1000)
+        self.max_hold = None
+        self.acquired_monotonic = None
+        self.valid_until = None
+        self.on_lost = None
+        self._lost = False
+        self.token = None
+        self.renewals = 0
+        self.renewed_twice = threading.Event()
+        self.orphan_released = threading.Event()
+
+    def take(self):
+        from django_redislock.clock import now
+
+        self.token = "tok-" + self.name
+        assert self.client.set(self.name, self.token, px=self._ttl_ms, nx=True)
+        self.acquired_monotonic = now()
+        self.valid_until = self.acquired_monotonic + self.ttl
+        watchdog_module.watch(self)
+
+    def _validity(self, started):
+        return self.ttl
+
+    def _do_extend(self, token, ttl_ms):
+        if self.client.get(self.name) != token.encode():
+            return False
+        self.client.pexpire(self.name, ttl_ms)
+        self.renewals += 1
+        if self.renewals >= 2:
+            self.renewed_twice.set()
+        return True
+
+    async def _ado_extend(self, token, ttl_ms):
+        return self._do_extend(token, ttl_ms)
+
+    def _renew_group(self):
+        return None
+
+    @classmethod
+    def _extend_many(cls, batch):
+        raise AssertionError("group None: never batched")
+
+    def _orphan_release(self, token):
+        client, name, released = self.client, self.name, self.orphan_released
+
+        def release():
+            client.delete(name)
+            released.set()
+
+        return release
+
+
+def test_a_new_kind_needs_only_the_renewable_protocol(lock_backend):
+    raw = lock_backend.client()
+    kind = _CounterKind(raw, "proto-kind")
+    lost = LostRecorder()
+    kind.on_lost = lost
+    kind.take()
+    assert kind.renewed_twice.wait(10)  # renewed past its TTL
+    assert raw.get("proto-kind") == b"tok-proto-kind"
+    raw.set("proto-kind", "someone-else")
+    assert lost.event.wait(10) and lost.calls == [kind] and kind._lost
+    watchdog_module.unwatch(kind)
+
+    # Collected while held: the watchdog releases it with the orphan callable.
+    other = _CounterKind(raw, "proto-orphan", ttl=3)
+    released = other.orphan_released
+    other.take()
+    del other
+    gc.collect()
+    assert released.wait(10)  # found at its first renewal time (ttl/3), not by expiry
+    assert raw.get("proto-orphan") is None
