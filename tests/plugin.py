@@ -27,7 +27,7 @@ import tempfile
 
 import pytest
 
-from tests.servers import RedisServer, default_server_spec, get_server_spec
+from django_redislock.testing import RedisServer, default_server_spec, get_server_spec
 
 URL_ENV = "REDISLOCK_TEST_REDIS_URL"
 DB_ENV = "REDISLOCK_TEST_DB"
@@ -88,7 +88,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    from tests.servers import available_servers
+    from django_redislock.testing import available_servers
 
     names = ", ".join(f"{s.name} ({s.version})" for s in available_servers()) or "none"
     where = default_server.name if default_server else "from the environment"

@@ -33,8 +33,9 @@ from typing import Any
 
 import pytest
 
+from django_redislock.testing import RedisServer
+from django_redislock.testing.servers import _free_port
 from tests.browser import headless_chromium
-from tests.servers import RedisServer, _free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN = ROOT / "demo_site" / "run.py"

@@ -406,6 +406,10 @@ def test_fakeredis_settings(settings: Any) -> None:
             pool.disconnect()
 
 
+def test_launcher_example() -> None:
+    run_example(TESTING, "testing-launcher")["check_servers"]()
+
+
 def test_busy_example(rf: Any) -> None:
     check_busy_export = run_example(TESTING, "testing-busy")["check_busy_export"]
     check_busy_export(rf, types.SimpleNamespace(pk=8))

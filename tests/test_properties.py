@@ -28,7 +28,7 @@ from django_redislock import (
 )
 from django_redislock.connection import reset_clients
 from django_redislock.keys import MAX_NAME_LENGTH, MAX_SECONDS
-from tests.servers import available_servers
+from django_redislock.testing import available_servers
 
 CLOSED = "redis://127.0.0.1:1/0"  # nothing listens on port 1
 FIXTURES = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
@@ -289,9 +289,7 @@ def _alias(settings, url, name="errs"):
     return name
 
 
-@pytest.mark.parametrize(
-    "server_name", [s.name for s in __import__("tests.servers").servers.available_servers()]
-)
+@pytest.mark.parametrize("server_name", [s.name for s in available_servers()])
 def test_oom_is_a_redis_lock_error_and_release_still_works(settings, make_server, server_name):
     server = make_server(server_name)
     alias = _alias(settings, server.url)

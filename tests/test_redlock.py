@@ -18,7 +18,7 @@ import pytest
 from django_redislock import LockBackendUnavailable, LockNotAcquired, LockNotOwned, Redlock
 from django_redislock import lock as lock_module
 from django_redislock.redlock import clock_drift
-from tests.servers import FaultProxy, RedisServer
+from django_redislock.testing import FaultProxy, RedisServer
 
 PREFIX = "redislock"
 #: A node timeout with the headroom a loaded machine needs (a busy CI box can leave the

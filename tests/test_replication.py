@@ -22,8 +22,8 @@ from django_redislock.replication import (
     ReplicasNotAcked,
     wait_timeout_ms,
 )
+from django_redislock.testing import FaultProxy, RedisServer
 from tests.cluster import promote, replicate, wait_until
-from tests.servers import FaultProxy, RedisServer
 
 ALIAS = "ha"
 #: Start the initial sync at once (the default waits 5 s for more replicas to join).

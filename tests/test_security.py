@@ -25,7 +25,7 @@ from redis.cluster import key_slot
 from django_redislock import InvalidLockName, Lock, held_locks, lock_info, locked
 from django_redislock import lock as lock_module
 from django_redislock.keys import MAX_NAME_LENGTH, LockKeys, name_from_key
-from tests.servers import available_servers
+from django_redislock.testing import available_servers
 
 #: The commands a lock user needs (see SECURITY.md). Scripts run with the caller's ACL.
 CORE_COMMANDS = [

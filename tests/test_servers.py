@@ -20,14 +20,9 @@ from django_redis import get_redis_connection
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from django_redislock.testing import FaultProxy, RedisServer, available_servers, default_server_spec
+from django_redislock.testing.servers import _pdeathsig_prefix
 from tests import plugin
-from tests.servers import (
-    FaultProxy,
-    RedisServer,
-    _pdeathsig_prefix,
-    available_servers,
-    default_server_spec,
-)
 
 SERVER_NAMES = [spec.name for spec in available_servers()]
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -194,7 +189,7 @@ _ORPHAN_SCRIPT = textwrap.dedent(
     """
     import os, signal, sys
     sys.path.insert(0, {root!r})
-    from tests.servers import RedisServer
+    from django_redislock.testing import RedisServer
     server = RedisServer().start()
     print(server.pid, server.dir, flush=True)
     if sys.argv[1] == "crash":
@@ -418,3 +413,54 @@ def test_proxy_heal_and_close(make_server):
         port = proxy.port
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
+
+
+# -- the launcher as shipped in django_redislock.testing ----------------------------------
+
+
+def test_importing_the_launcher_does_not_import_pytest():
+    # The demo and the benchmarks start servers with it, without pytest.
+    code = (
+        "import sys, django_redislock.testing as t; "
+        "assert t.RedisServer and t.FaultProxy; "
+        "assert 'pytest' not in sys.modules, 'pytest imported'"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_entry_point_and_plugin_module_load_lazily():
+    from django_redislock.testing import entry_point
+    from django_redislock.testing.plugin import EntryPoint
+
+    assert isinstance(entry_point, EntryPoint)
+    import django_redislock.testing as testing
+
+    with pytest.raises(AttributeError, match="no_such_name"):
+        testing.no_such_name  # noqa: B018
+
+
+def test_find_server_by_flavor():
+    from django_redislock.testing import find_server, find_server_binary
+
+    for flavor in ("valkey", "redis"):
+        spec = find_server(flavor)
+        if spec is not None:
+            assert spec.flavor == flavor and find_server_binary(flavor) == spec.binary
+    assert find_server("auto") is not None
+    with pytest.raises(ValueError, match="'memcached'"):
+        find_server("memcached")
+
+
+def test_embedded_server_kept_for_old_callers():
+    from django_redislock.testing import EmbeddedServer, find_server_binary
+
+    binary = find_server_binary()
+    assert binary is not None
+    server = EmbeddedServer(binary).start()
+    directory = server.dir
+    try:
+        assert server.client().ping()
+    finally:
+        server.stop()
+    assert not server.running and not directory.exists()

@@ -87,7 +87,7 @@ HEADER = f"{'scenario':<34} {'runs':>4}  {'violations with':>15}  {'without':>7}
 
 
 def lab_server(args: argparse.Namespace) -> str:
-    from tests.servers import default_server_spec
+    from django_redislock.testing import default_server_spec
 
     return args.server or default_server_spec().name
 

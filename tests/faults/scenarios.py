@@ -36,6 +36,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from django_redislock.testing import FaultProxy, RedisServer, default_server_spec
 from tests.faults.harness import (
     History,
     RedisResource,
@@ -51,7 +52,6 @@ from tests.faults.harness import (
     wait_stopped,
     wait_until,
 )
-from tests.servers import FaultProxy, RedisServer, default_server_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 ALIAS = "faults"
@@ -65,7 +65,7 @@ def debug_args(server_name: str | None = None) -> list[str]:
     """``--enable-debug-command yes`` where the server knows it (7.0 and later)."""
     spec = default_server_spec() if server_name is None else None
     if spec is None:
-        from tests.servers import get_server_spec
+        from django_redislock.testing import get_server_spec
 
         spec = get_server_spec(server_name)  # type: ignore[arg-type]
     return ["--enable-debug-command", "yes"] if spec.version_tuple >= (7,) else []

