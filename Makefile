@@ -36,7 +36,7 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 
 migrations-check: $(VENV)/.installed
-	DJANGO_SETTINGS_MODULE=tests.settings $(VPY) manage.py makemigrations --check --dry-run
+	DJANGO_SETTINGS_MODULE=tests.support.settings $(VPY) manage.py makemigrations --check --dry-run
 
 bench: $(VENV)/.installed-bench
 	$(VPY) -m bench $(if $(QUICK),--quick,)

@@ -1,10 +1,11 @@
 """Fixtures for running the suite against real servers and fakeredis.
 
-How Django finds Redis: ``tests/plugin.py`` (loaded early with ``-p tests.plugin``) starts
-one default server before pytest-django imports ``tests.settings`` and exports its URL as
-``REDISLOCK_TEST_REDIS_URL``, so ``settings.CACHES["default"]`` always points at a server
-this run started. Tests that do not ask for a backend fixture use that server; it is
-flushed before every test (:func:`_flush_default_server`).
+How Django finds Redis: ``tests/support/plugin.py`` (loaded early with
+``-p tests.support.plugin``) starts one default server before pytest-django imports
+``tests.support.settings`` and exports its URL as ``REDISLOCK_TEST_REDIS_URL``, so
+``settings.CACHES["default"]`` always points at a server this run started. Tests that do
+not ask for a backend fixture use that server; it is flushed before every test
+(:func:`_flush_default_server`).
 
 Backend fixtures (function-scoped, parametrized; ids are the server names):
 
@@ -36,7 +37,7 @@ import pytest
 import redis
 
 from django_redislock.testing import FaultProxy, RedisServer, available_servers
-from tests import plugin
+from tests.support import plugin
 
 SERVERS_ENV = "REDISLOCK_TEST_SERVERS"
 

@@ -376,7 +376,7 @@ def test_bulk_release(releaser):
 # -- custom AdminSite --------------------------------------------------------
 
 
-@pytest.mark.urls("tests.urls_admin_custom")
+@pytest.mark.urls("tests.support.urls_admin_custom")
 def test_works_on_a_custom_admin_site(superuser, viewer):
     holder = Lock("ops-job", ttl=30)
     holder.acquire()

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from django_redislock import lock_info
-from tests.browser import MISSING, available, headless_chromium
+from tests.support.browser import MISSING, available, headless_chromium
 
 ROOT = Path(__file__).resolve().parent.parent
 # The README's screenshot is rewritten only on request, so a test run leaves the tree clean.
@@ -40,7 +40,7 @@ pytestmark = [
 HOLDER = textwrap.dedent(
     """
     import os, sys, threading
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.support.settings")
     import django
     django.setup()
     from django_redislock import Lock
@@ -73,7 +73,7 @@ def holder_process() -> Iterator[subprocess.Popen[str]]:
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
-        env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"},
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.support.settings"},
     )
     try:
         line = process.stdout.readline() if process.stdout else ""

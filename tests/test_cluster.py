@@ -21,7 +21,7 @@ from django_redislock import Lock, force_release, held_locks, lock_info
 from django_redislock.connection import lock_client, pubsub_client, scan_clients
 from django_redislock.replication import call_and_wait
 from django_redislock.scripts import ACQUIRE
-from tests.cluster import Cluster, cli_spec, cluster_increment_worker
+from tests.support.cluster import Cluster, cli_spec, cluster_increment_worker
 
 pytestmark = pytest.mark.skipif(
     cli_spec() is None, reason="no redis-cli / valkey-cli next to the server binary"

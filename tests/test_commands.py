@@ -15,15 +15,15 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from django_redislock import Lock, LockedCommand, lock_command, lock_info
-from tests import plugin
+from tests.support import plugin
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
 def testapp(settings):
-    """Install ``tests.testapp`` (its management commands) for one test."""
-    settings.INSTALLED_APPS = [*settings.INSTALLED_APPS, "tests.testapp"]
+    """Install ``tests.support.testapp`` (its management commands) for one test."""
+    settings.INSTALLED_APPS = [*settings.INSTALLED_APPS, "tests.support.testapp"]
 
 
 def run(*args, **options):
@@ -240,7 +240,7 @@ def test_manage_py_exits_non_zero_naming_the_holder():
     holder = hold("locked_report", ttl=30, purpose="held by the test")
     env = {
         **os.environ,
-        "DJANGO_SETTINGS_MODULE": "tests.testapp.settings",
+        "DJANGO_SETTINGS_MODULE": "tests.support.testapp.settings",
         plugin.URL_ENV: os.environ[plugin.URL_ENV],
         plugin.DB_ENV: os.environ[plugin.DB_ENV],
     }

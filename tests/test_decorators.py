@@ -22,9 +22,9 @@ from django_redislock import (
     signals,
 )
 from django_redislock.decorators import lock_class, make_lock
-from tests import decorator_views
+from tests.support import decorator_views
 
-URLS = pytest.mark.urls("tests.urls_decorators")
+URLS = pytest.mark.urls("tests.support.urls_decorators")
 
 
 def hold(name: str, ttl: float = 5, purpose: str = "test holder") -> Lock:
@@ -297,7 +297,7 @@ def test_view_purpose_is_the_dotted_path(lock_backend):
     try:
         assert gate.entered.wait(30)
         info = lock_info("gate")
-        assert info.purpose == "tests.decorator_views.gate_view"
+        assert info.purpose == "tests.support.decorator_views.gate_view"
         assert info.owner.pid == os.getpid()
     finally:
         gate.leave.set()
@@ -373,7 +373,10 @@ def test_on_busy_override_gets_request_and_info(lock_backend):
 
 @URLS
 def test_on_busy_from_settings(lock_backend, settings):
-    settings.REDISLOCK = {**settings.REDISLOCK, "VIEW_ON_BUSY": "tests.decorator_views.custom_busy"}
+    settings.REDISLOCK = {
+        **settings.REDISLOCK,
+        "VIEW_ON_BUSY": "tests.support.decorator_views.custom_busy",
+    }
     hold("page:settings")
     response = Client().get("/page/settings/")
     assert response.status_code == 409 and response.json()["purpose"] == "test holder"
@@ -435,7 +438,7 @@ def test_class_based_view(lock_backend):
 
     with mock.patch.object(Lock, "__init__", spy):
         assert client.get("/item/6/").status_code == 200
-    assert seen == [("item:6", "tests.decorator_views.ItemView")]
+    assert seen == [("item:6", "tests.support.decorator_views.ItemView")]
 
 
 @URLS
@@ -488,7 +491,7 @@ DOCS = "docs/decorators.md"
 
 @pytest.mark.parametrize("page", [DOCS, "docs/signals.md"])
 def test_every_python_block_of_the_docs_is_a_named_example(page):
-    from tests.docs_examples import unnamed_blocks
+    from tests.support.docs_examples import unnamed_blocks
 
     assert unnamed_blocks(page) == []
 
@@ -496,7 +499,7 @@ def test_every_python_block_of_the_docs_is_a_named_example(page):
 def test_docs_locked_examples(lock_backend):
     import datetime
 
-    from tests.docs_examples import run_example
+    from tests.support.docs_examples import run_example
 
     send_invoice = run_example(DOCS, "locked-basic")["send_invoice"]
     assert send_invoice(42) == "sent invoice 42"
@@ -518,7 +521,7 @@ def test_docs_locked_examples(lock_backend):
 
 
 def test_docs_view_examples(lock_backend):
-    from tests.docs_examples import run_example
+    from tests.support.docs_examples import run_example
 
     factory = RequestFactory()
     ns = run_example(DOCS, "view-function")
@@ -560,7 +563,7 @@ def test_docs_command_examples(lock_backend):
     from django.core.management import call_command
     from django.core.management.base import CommandError
 
-    from tests.docs_examples import run_example
+    from tests.support.docs_examples import run_example
 
     command = run_example(DOCS, "command-decorator")["Command"]
     out, err = StringIO(), StringIO()
@@ -583,7 +586,7 @@ def test_docs_command_examples(lock_backend):
 
 def test_docs_redlock_example(lock_backend):
     pytest.importorskip("django_redislock.redlock")
-    from tests.docs_examples import examples
+    from tests.support.docs_examples import examples
 
     example = examples(DOCS)["redlock"]
     # Only decorated here: calling needs REDLOCK_CONNECTIONS and three nodes.
@@ -591,7 +594,7 @@ def test_docs_redlock_example(lock_backend):
 
 
 def test_docs_signal_examples(lock_backend, caplog):
-    from tests.docs_examples import run_example
+    from tests.support.docs_examples import run_example
 
     ns = run_example("docs/signals.md", "signals")
     try:

@@ -35,7 +35,7 @@ import pytest
 
 from django_redislock.testing import RedisServer
 from django_redislock.testing.servers import _free_port
-from tests.browser import headless_chromium
+from tests.support.browser import headless_chromium
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN = ROOT / "demo_site" / "run.py"

@@ -1,4 +1,4 @@
-"""The code examples of README.md and docs/ run here (see ``tests/docs_examples.py``).
+"""The code examples of README.md and docs/ run here (see ``tests/support/docs_examples.py``).
 
 Each named example is executed and what it defines is called, on the success path and,
 where the example has one, on the busy or stale path. The pytest plugin of
@@ -23,7 +23,7 @@ import pytest
 
 import django_redislock
 from django_redislock import Lock, LockNotAcquired
-from tests.docs_examples import ROOT, examples, run_example, unnamed_blocks
+from tests.support.docs_examples import ROOT, examples, run_example, unnamed_blocks
 
 README = "README.md"
 MY_PAGES = [

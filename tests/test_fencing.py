@@ -10,7 +10,12 @@ import pytest
 
 from django_redislock import Lock
 from django_redislock.fencing import fence_of, fenced_set
-from tests.fencing_workers import create_database, new_holder_writer, paused_writer, read_row
+from tests.support.fencing_workers import (
+    create_database,
+    new_holder_writer,
+    paused_writer,
+    read_row,
+)
 
 RUNS = 3
 

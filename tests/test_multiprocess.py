@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 
-from tests.workers import create_resource, increment_worker
+from tests.support.workers import create_resource, increment_worker
 
 PROCESSES = 8
 ITERATIONS = 50

@@ -244,7 +244,7 @@ def test_slow_node_never_yields_a_lock_without_validity(cluster):
 # -- many clients -----------------------------------------------------------------------
 @pytest.mark.slow
 def test_three_processes_racing_on_three_nodes(cluster):
-    from tests.redlock_workers import race_worker
+    from tests.support.redlock_workers import race_worker
 
     c = cluster(3)
     urls = [s.url for s in c.servers]

@@ -23,7 +23,7 @@ from django_redislock.replication import (
     wait_timeout_ms,
 )
 from django_redislock.testing import FaultProxy, RedisServer
-from tests.cluster import promote, replicate, wait_until
+from tests.support.cluster import promote, replicate, wait_until
 
 ALIAS = "ha"
 #: Start the initial sync at once (the default waits 5 s for more replicas to join).

@@ -18,7 +18,13 @@ import pytest
 from django_redislock import Lock, signals
 from django_redislock.connection import lock_client
 from django_redislock.testing import FaultProxy, RedisServer
-from tests.cluster import SentinelServer, replicate, sentinel_addresses, start_sentinels, wait_until
+from tests.support.cluster import (
+    SentinelServer,
+    replicate,
+    sentinel_addresses,
+    start_sentinels,
+    wait_until,
+)
 
 SERVICE = "locks-primary"
 ALIAS = "ha"

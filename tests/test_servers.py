@@ -22,7 +22,7 @@ from redis.retry import Retry
 
 from django_redislock.testing import FaultProxy, RedisServer, available_servers, default_server_spec
 from django_redislock.testing.servers import _pdeathsig_prefix
-from tests import plugin
+from tests.support import plugin
 
 SERVER_NAMES = [spec.name for spec in available_servers()]
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -8,7 +8,7 @@ import pytest
 from django.db import transaction
 
 from django_redislock import Lock
-from tests.fencing_workers import atomic_incrementer, create_database, read_row
+from tests.support.fencing_workers import atomic_incrementer, create_database, read_row
 
 WORKERS = 4
 ITERATIONS = 40
@@ -91,7 +91,7 @@ def test_setting_turns_deferral_off(lock_backend, settings):
         assert not lock.locked()
 
 
-@pytest.mark.urls("tests.urls_decorators")
+@pytest.mark.urls("tests.support.urls_decorators")
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("deferred", [True, False])
 def test_atomic_requests_view_releases_after_commit(lock_backend, client, settings, deferred):

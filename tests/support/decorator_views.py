@@ -1,4 +1,4 @@
-"""Views decorated with ``lock_view``, served by ``tests/urls_decorators.py``."""
+"""Views decorated with ``lock_view``, served by ``tests/support/urls_decorators.py``."""
 
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ def page_custom_busy(request, slug):
     return HttpResponse(f"page {slug}")
 
 
-@lock_view("page:{slug}", ttl=5, on_busy="tests.decorator_views.custom_busy")
+@lock_view("page:{slug}", ttl=5, on_busy="tests.support.decorator_views.custom_busy")
 def page_dotted_busy(request, slug):
     return HttpResponse(f"page {slug}")
 

@@ -1,9 +1,9 @@
 """Early pytest plugin: owns the test run's Redis servers and its sqlite file.
 
-Loaded with ``-p tests.plugin`` (``addopts`` in ``pyproject.toml``) rather than from
+Loaded with ``-p tests.support.plugin`` (``addopts`` in ``pyproject.toml``) rather than from
 ``conftest.py``, because of when pytest-django reads the settings:
 
-pytest-django imports ``tests.settings`` (and calls ``django.setup()``) in its own
+pytest-django imports ``tests.support.settings`` (and calls ``django.setup()``) in its own
 ``pytest_load_initial_conftests`` hook, which runs *before* any ``conftest.py`` is
 imported. A ``-p`` plugin is imported earlier still, and its ``tryfirst``
 ``pytest_load_initial_conftests`` runs before pytest-django's. There it starts the default

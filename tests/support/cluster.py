@@ -290,7 +290,7 @@ def cluster_increment_worker(
     """
     import sqlite3
 
-    from tests.workers import setup_django
+    from tests.support.workers import setup_django
 
     setup_django(
         cluster_url,

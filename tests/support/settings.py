@@ -1,7 +1,7 @@
 """Django settings for the test suite (and, for now, ``manage.py``).
 
 Two environment variables, read when this module is imported, say where the test-run
-resources live; ``tests/plugin.py`` sets both before pytest-django imports this module:
+resources live; ``tests/support/plugin.py`` sets both before pytest-django imports this module:
 
 * ``REDISLOCK_TEST_REDIS_URL``: the server behind ``CACHES["default"]``. Under pytest it is a
   server the test run started itself on a free loopback port (never 6379).
@@ -13,7 +13,7 @@ import os
 import tempfile
 from pathlib import Path
 
-BASE_DIR = Path(__file__).resolve().parent.parent
+BASE_DIR = Path(__file__).resolve().parents[2]  # the repository
 
 SECRET_KEY = "django-redislock-tests-not-a-secret"
 DEBUG = False
@@ -39,7 +39,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
-ROOT_URLCONF = "tests.urls"
+ROOT_URLCONF = "tests.support.urls"
 
 TEMPLATES = [
     {

@@ -1,8 +1,8 @@
-"""URLs of the ``lock_view`` tests (``@pytest.mark.urls("tests.urls_decorators")``)."""
+"""URLs of the ``lock_view`` tests (``@pytest.mark.urls("tests.support.urls_decorators")``)."""
 
 from django.urls import path
 
-from tests import decorator_views as views
+from tests.support import decorator_views as views
 
 urlpatterns = [
     path("page/<slug:slug>/", views.page),

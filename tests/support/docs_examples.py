@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository
 
 _FENCE = re.compile(r"^```(\w*)\s*$")
 _NAME = re.compile(r"^<!--\s*example:\s*([\w.-]+)\s*-->\s*$")

@@ -1,0 +1,1 @@
+"""Helpers of the test suite: settings, URLs, the pytest plugin, workers, topologies."""
