@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV := .venv
 VPY := $(VENV)/bin/python
 PYTEST_ARGS ?=
+# pytest-xdist workers (one per core), each with its own servers and sqlite file, each
+# given whole test files (order within a file kept). XDIST=0: one process.
+XDIST ?= auto
 
 .PHONY: test test-quick lint migrations-check bench venv faults
 
@@ -22,14 +25,14 @@ $(VENV)/.installed-bench: pyproject.toml $(VENV)/.installed
 	touch $@
 
 test: $(VENV)/.installed
-	$(VPY) -m pytest $(PYTEST_ARGS)
+	$(VPY) -m pytest -n $(XDIST) --dist loadfile $(PYTEST_ARGS)
 
-# The inner loop (about a minute): one server (the default) plus fakeredis, no tests
+# The inner loop (well under a minute): one server (the default) plus fakeredis, no tests
 # marked slow, and the fault, Sentinel, Cluster, packaging and demo-site tests left to
 # `make test`. Stops at the first failure.
 QUICK_SKIP := test_faults test_sentinel test_cluster test_packaging test_demo
 test-quick: $(VENV)/.installed
-	REDISLOCK_TEST_SERVERS=default $(VPY) -m pytest -q -x -m "not slow" \
+	REDISLOCK_TEST_SERVERS=default $(VPY) -m pytest -n $(XDIST) --dist loadfile -q -x -m "not slow" \
 		$(foreach t,$(QUICK_SKIP),--ignore=tests/$(t).py) $(PYTEST_ARGS)
 
 lint: $(VENV)/.installed

@@ -121,6 +121,13 @@ def _real_backend(name: str) -> Backend:
     return Backend(name=name, is_fake=False, url=server.url, server=server)
 
 
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings() -> None:
+    """No per-worker suffix from pytest-django under xdist: each worker already has its own
+    sqlite file (``tests/support/plugin.py``), and the child processes a test starts must
+    find it under the name ``REDISLOCK_TEST_DB`` gives them."""
+
+
 @pytest.fixture(autouse=True)
 def _flush_default_server() -> Iterator[None]:
     server = plugin.default_server

