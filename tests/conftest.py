@@ -36,7 +36,7 @@ import fakeredis
 import pytest
 import redis
 
-from django_redislock.testing import FaultProxy, RedisServer, available_servers
+from django_redislock.testing import FaultProxy, RedisServer, available_servers, cache_config
 from tests.support import plugin
 
 SERVERS_ENV = "REDISLOCK_TEST_SERVERS"
@@ -81,18 +81,7 @@ class Backend:
 
     def cache_config(self) -> dict[str, Any]:
         """A django-redis ``CACHES`` entry for this backend."""
-        config: dict[str, Any] = {
-            "BACKEND": "django_redis.cache.RedisCache",
-            "LOCATION": self.url,
-        }
-        if self.fake_server is not None:
-            config["OPTIONS"] = {
-                "CONNECTION_POOL_KWARGS": {
-                    "connection_class": fakeredis.FakeRedisConnection,
-                    "server": self.fake_server,
-                }
-            }
-        return config
+        return cache_config(self.url, self.fake_server)
 
 
 def _heal(server: RedisServer) -> None:

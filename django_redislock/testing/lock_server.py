@@ -12,6 +12,7 @@ __all__ = [
     "BACKENDS",
     "EmbeddedServer",
     "LockServer",
+    "cache_config",
     "find_server",
     "find_server_binary",
     "start_lock_server",
@@ -57,6 +58,21 @@ class EmbeddedServer(RedisServer):
         self.close()
 
 
+def cache_config(url: str, fake_server: Any = None) -> dict[str, Any]:
+    """A django-redis ``CACHES`` entry for ``url``, or for a ``fakeredis.FakeServer``."""
+    config: dict[str, Any] = {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": url}
+    if fake_server is not None:
+        import fakeredis
+
+        config["OPTIONS"] = {
+            "CONNECTION_POOL_KWARGS": {
+                "connection_class": fakeredis.FakeRedisConnection,
+                "server": fake_server,
+            }
+        }
+    return config
+
+
 @dataclass
 class LockServer:
     """What the ``redislock_server`` and ``redislock`` fixtures give a test."""
@@ -72,17 +88,7 @@ class LockServer:
 
     def cache_config(self) -> dict[str, Any]:
         """A django-redis ``CACHES`` entry for this server."""
-        config: dict[str, Any] = {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": self.url}
-        if self.fake_server is not None:
-            import fakeredis
-
-            config["OPTIONS"] = {
-                "CONNECTION_POOL_KWARGS": {
-                    "connection_class": fakeredis.FakeRedisConnection,
-                    "server": self.fake_server,
-                }
-            }
-        return config
+        return cache_config(self.url, self.fake_server)
 
     def client(self) -> Any:
         """A plain ``redis.Redis`` client for assertions (bytes replies)."""
