@@ -25,6 +25,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "Lock": ".lock",
     "Redlock": ".redlock",
+    "Election": ".election",
     "locked": ".decorators",
     "lock_view": ".decorators",
     "lock_command": ".decorators",
@@ -36,9 +37,11 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:
+    from .election import Election
     from .lock import Lock
 
 __all__ = [
+    "Election",
     "InvalidLockName",
     "Lock",
     "LockBackendUnavailable",

@@ -108,7 +108,8 @@ async def test_held_link_async_acquire_fails_and_leaves_no_key(pair: Pair) -> No
 
 
 def test_unreplicated_extend_raises_and_keeps_the_old_validity(pair: Pair) -> None:
-    lock = Lock("extend", ttl=3, wait_replicas=1, wait_timeout=0.1)
+    # wait_timeout with headroom for a loaded machine: the link is up for the acquire.
+    lock = Lock("extend", ttl=3, wait_replicas=1, wait_timeout=0.7)
     assert lock.acquire(timeout=0)
     valid_until = lock.valid_until
     pair.link.hold()
@@ -124,11 +125,11 @@ def test_unreplicated_extend_raises_and_keeps_the_old_validity(pair: Pair) -> No
 def test_watchdog_marks_lock_lost_when_renewals_do_not_replicate(pair: Pair) -> None:
     lost: list[Lock] = []
     lock = Lock(
-        "watched", ttl=0.9, watchdog=True, wait_replicas=1, wait_timeout=0.1, on_lost=lost.append
+        "watched", ttl=2, watchdog=True, wait_replicas=1, wait_timeout=0.5, on_lost=lost.append
     )
     assert lock.acquire(timeout=0)
     pair.link.hold()
-    wait_until(lambda: lost, 5, what="on_lost")
+    wait_until(lambda: lost, 10, what="on_lost")
     assert lock.lost and lost == [lock]
     pair.link.release_hold()
 
@@ -178,7 +179,7 @@ def test_failover_before_replication_gives_the_lock_twice(pair: Pair, settings: 
 )
 def test_batched_watchdog_renewals_wait_for_replicas_too(pair: Pair) -> None:
     """The watchdog renews locks that fall due together in one batch: each still WAITs."""
-    locks = [Lock(f"batch-{i}", wait_replicas=1, wait_timeout=0.05) for i in range(2)]
+    locks = [Lock(f"batch-{i}", wait_replicas=1, wait_timeout=0.5) for i in range(2)]
     for lock in locks:
         assert lock.acquire(timeout=0)
     assert Lock._extend_many([(lock, lock.token) for lock in locks]) == [True, True]
