@@ -1,4 +1,5 @@
-"""``manage.py redislock list|inspect|release``: look at held locks and force-release one.
+"""``manage.py redislock list|inspect|release|run``: look at held locks, force-release one,
+or run a command only while holding a lock (:mod:`django_redislock.supervisor`).
 
 Tokens are secrets that let anyone release a lock in its holder's name, so the
 command never prints one whole: it shows a short prefix, enough to tell holders
@@ -7,6 +8,7 @@ apart, and ``release --token`` accepts that prefix.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from typing import Any
@@ -23,6 +25,7 @@ from django_redislock.inspection import (
     held_locks,
     lock_info,
 )
+from django_redislock.supervisor import ON_BUSY, RunOptions, run_locked
 
 #: Shortest ``--token`` prefix accepted (the listing shows this many characters).
 MIN_TOKEN_PREFIX = 6
@@ -57,7 +60,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(
-            dest="subcommand", required=True, metavar="{list,inspect,release}"
+            dest="subcommand", required=True, metavar="{list,inspect,release,run}"
         )
 
         def connection(p: CommandParser) -> None:
@@ -96,6 +99,44 @@ class Command(BaseCommand):
             ),
         )
         connection(release)
+
+        run = sub.add_parser(
+            "run",
+            help="Run COMMAND only while holding lock NAME (exit 75 busy, 76 lost).",
+            usage="manage.py redislock run NAME [options] -- COMMAND [ARG ...]",
+        )
+        run.add_argument("name")
+        run.add_argument("--ttl", type=float, default=None, help="Lock TTL in seconds.")
+        run.add_argument(
+            "--on-busy",
+            choices=ON_BUSY,
+            default="error",
+            help="error: exit 75 naming the holder (default); skip: exit 0; "
+            "wait: up to --lock-timeout, then exit 75.",
+        )
+        run.add_argument(
+            "--lock-timeout",
+            type=float,
+            default=None,
+            help="Seconds to wait with --on-busy wait (default: as long as it takes).",
+        )
+        run.add_argument(
+            "--grace",
+            type=float,
+            default=10.0,
+            help="Seconds between SIGTERM and SIGKILL when the lock is lost (default 10).",
+        )
+        # Filled by run_from_argv from what follows "--" (argparse cannot do it: a
+        # positional after NAME would swallow the options, or be matched empty at NAME).
+        run.add_argument("command", nargs="*", help=argparse.SUPPRESS)
+        connection(run)
+
+    def run_from_argv(self, argv: list[str]) -> None:
+        self._run_tail: list[str] | None = None
+        if argv[2:3] == ["run"] and "--" in argv:
+            split = argv.index("--")
+            argv, self._run_tail = argv[:split], argv[split + 1 :]
+        super().run_from_argv(argv)
 
     def handle(self, *args: Any, **options: Any) -> None:
         handler = getattr(self, f"handle_{options['subcommand']}")
@@ -195,6 +236,29 @@ class Command(BaseCommand):
             raise CommandError(f"Lock {name!r} changed hands{now}; not released.")
         else:
             raise CommandError(f"Lock {name!r} was released or expired meanwhile.")
+
+    def handle_run(
+        self,
+        *,
+        name: str,
+        command: list[str],
+        ttl: float | None,
+        on_busy: str,
+        lock_timeout: float | None,
+        grace: float,
+        connection: str | None,
+        **_: Any,
+    ) -> None:
+        command = getattr(self, "_run_tail", None) or command
+        options = RunOptions(name, command, ttl, on_busy, lock_timeout, grace, connection)
+        status = run_locked(
+            options,
+            say=lambda text: self.stdout.write(text),
+            warn=lambda text: self.stderr.write(text),
+        )
+        if status:
+            self.stdout.flush()
+            raise SystemExit(status)
 
     def _confirm(self, info: LockInfo) -> None:
         if not sys.stdin.isatty():

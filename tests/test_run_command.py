@@ -1,0 +1,161 @@
+"""``manage.py redislock run NAME -- COMMAND``: real supervisor and child processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from django_redis import get_redis_connection
+
+from django_redislock import Lock, force_release, lock_info
+from django_redislock.supervisor import EXIT_BUSY, EXIT_LOST, exit_status
+
+ROOT = Path(__file__).resolve().parents[1]
+MANAGE = [sys.executable, "manage.py", "redislock", "run"]
+
+
+def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*MANAGE, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def start(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*MANAGE, *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def child(code: str) -> list[str]:
+    return ["--", sys.executable, "-c", textwrap.dedent(code)]
+
+
+def wait_for_file(path: Path, timeout: float = 30) -> str:
+    """Poll for a file another process writes (no event crosses the process boundary)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text().endswith("\n"):
+            return path.read_text()
+        time.sleep(0.01)
+    raise AssertionError(f"{path} was not written within {timeout}s")
+
+
+def test_exit_code_and_environment_reach_through():
+    done = run(
+        "job",
+        *child("""
+            import os, sys
+            print(os.environ["REDISLOCK_NAME"], os.environ["REDISLOCK_FENCE"])
+            sys.exit(3)
+        """),
+    )
+    assert done.returncode == 3, done.stderr
+    assert done.stdout.split() == ["job", "1"]
+    assert lock_info("job") is None  # released after the child exited
+
+
+def test_a_child_killed_by_a_signal_exits_128_plus_n():
+    done = run("job", *child("import os, signal; os.kill(os.getpid(), signal.SIGKILL)"))
+    assert done.returncode == 128 + signal.SIGKILL == exit_status(-signal.SIGKILL)
+    assert lock_info("job") is None
+
+
+def test_busy_error_skip_and_wait():
+    holder = Lock("busy", ttl=30, purpose="the nightly job")
+    assert holder.acquire(blocking=False)
+    refused = run("busy", *child("print('ran')"))
+    assert refused.returncode == EXIT_BUSY
+    assert "the nightly job" in refused.stderr and "ran" not in refused.stdout
+    skipped = run("busy", "--on-busy", "skip", *child("print('ran')"))
+    assert skipped.returncode == 0 and "skipped" in skipped.stdout and "ran" not in skipped.stdout
+    timed_out = run("busy", "--on-busy", "wait", "--lock-timeout", "0.2", *child("print('ran')"))
+    assert timed_out.returncode == EXIT_BUSY and "after waiting 0.2s" in timed_out.stderr
+    waiting = start("busy", "--on-busy", "wait", "--lock-timeout", "30", *child("print('ran')"))
+    holder.release()  # the waiter is woken by the release (or finds it free)
+    out, err = waiting.communicate(timeout=60)
+    assert waiting.returncode == 0, err
+    assert out.strip() == "ran"
+
+
+CHILD_THAT_TRAPS = """
+    import os, pathlib, signal, sys, time
+    log = pathlib.Path(sys.argv[1])
+    mode = sys.argv[2]
+    def on_term(signum, frame):
+        if mode == "ignore":
+            return
+        log.write_text(log.read_text() + f"term {time.monotonic_ns()}\\n")
+        time.sleep(0.3)  # shutting down takes a while; the lock must wait for it
+        log.write_text(log.read_text() + f"exit {time.monotonic_ns()}\\n")
+        sys.exit(0)
+    signal.signal(signal.SIGTERM, on_term)
+    log.write_text(f"started {os.getpid()}\\n")
+    while True:
+        time.sleep(0.05)
+"""
+
+
+def trap_child(log: Path, mode: str) -> list[str]:
+    return ["--", sys.executable, "-c", textwrap.dedent(CHILD_THAT_TRAPS), str(log), mode]
+
+
+def test_lost_lock_stops_the_child_and_exits_76(tmp_path):
+    log = tmp_path / "child.log"
+    proc = start("lost", "--ttl", "1", "--grace", "5", *trap_child(log, "trap"))
+    wait_for_file(log)
+    assert force_release("lost")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == EXIT_LOST, err
+    assert "lost" in err.lower()
+    assert "term " in log.read_text() and "exit " in log.read_text()
+
+
+def test_a_child_that_ignores_sigterm_is_killed_after_the_grace(tmp_path):
+    log = tmp_path / "child.log"
+    proc = start("lost", "--ttl", "1", "--grace", "0.5", *trap_child(log, "ignore"))
+    pid = int(wait_for_file(log).split()[1])
+    assert force_release("lost")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == EXIT_LOST, err
+    assert "SIGKILL" in err
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_sigterm_reaches_the_child_and_the_lock_waits_for_its_exit(tmp_path):
+    log = tmp_path / "child.log"
+    pubsub = get_redis_connection("default").pubsub()
+    pubsub.subscribe(Lock("graceful").keys.channel)
+    assert pubsub.get_message(timeout=5)["type"] == "subscribe"
+    proc = start("graceful", "--ttl", "5", *trap_child(log, "trap"))
+    wait_for_file(log)
+    proc.send_signal(signal.SIGTERM)
+    message = pubsub.get_message(timeout=30)  # the release's wake-up
+    released_at = time.monotonic_ns()
+    pubsub.close()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err  # the child's own exit status
+    assert message is not None and message["type"] == "message"
+    lines = dict(line.split() for line in log.read_text().splitlines())
+    assert int(lines["term"]) < int(lines["exit"]) < released_at
+    assert lock_info("graceful") is None
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["job"], "no command to run"),
+        (["job", "--grace", "-1", "--", "true"], "grace must be >= 0"),
+        (["job", "--on-busy", "later", "--", "true"], "invalid choice: 'later'"),
+    ],
+)
+def test_bad_input_is_named(args, message):
+    done = run(*args)
+    assert done.returncode != 0
+    assert message in done.stderr
