@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -90,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
     parser.add_argument("--workers", type=int, default=3, help="background lock holders (0-3)")
     parser.add_argument(
+        "--candidates", type=int, default=3, help="leader-election candidates (Election page)"
+    )
+    parser.add_argument(
         "--redlock-nodes", type=int, default=int(os.environ.get("DEMO_REDLOCK_NODES", "0"))
     )
     args = parser.parse_args(argv)
@@ -127,6 +131,12 @@ def main(argv: list[str] | None = None) -> int:
         password = os.environ.get("DEMO_ADMIN_PASSWORD") or secrets.token_urlsafe(12)
         _setup_database(user, password)
 
+        # The Election page's candidates (a fresh election: forget the last run's).
+        shutil.rmtree(var_dir / "election", ignore_errors=True)
+        for number in range(1, args.candidates + 1):
+            label = f"candidate-{number}"
+            command = [sys.executable, str(MANAGE), "election_candidate", "--label", label]
+            children.append(subprocess.Popen(command, env=env))
         for slot in range(1, min(args.workers, 3) + 1):
             children.append(
                 subprocess.Popen(

@@ -11,5 +11,8 @@ urlpatterns = [
     path("fencing/run/", views.fencing_run, name="fencing-run"),
     path("command/", views.command, name="command"),
     path("contention/", views.contention, name="contention"),
+    path("election/", views.election, name="election"),
+    path("election/kill/", views.election_kill, name="election-kill"),
+    path("election/join/", views.election_join, name="election-join"),
     path("admin/", admin.site.urls),
 ]

@@ -222,6 +222,7 @@ def test_every_page_renders(demo: Demo) -> None:
         ("/fencing/", "frozen past its TTL"),
         ("/command/", "locked management command"),
         ("/contention/", "Four processes, one lock"),
+        ("/election/", "Three candidates, one leader"),
         ("/admin/login/", "Log in"),
     ]:
         assert title in browser.get(path), path
@@ -437,3 +438,36 @@ def test_browser_walk_home_locked_view_admin_release(demo: Demo, chromium: Any) 
     driver.find_element(By.CSS_SELECTOR, "input[type=submit][value^='Yes']").click()
     messages = driver.find_element(By.CSS_SELECTOR, "ul.messagelist").text
     assert "“sync:crm-contacts” was force-released" in messages
+
+
+def test_election_page_kill_the_leader_and_another_takes_over(demo: Demo, chromium: Any) -> None:
+    from selenium.common.exceptions import WebDriverException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver = chromium
+
+    def leader() -> tuple[str, int] | None:
+        # The page reloads itself every second: read both fields from one load.
+        try:
+            name = driver.find_element(By.ID, "leader-name").text
+            term = int(driver.find_element(By.ID, "leader-term").text)
+        except (WebDriverException, ValueError):
+            return None
+        return name, term
+
+    driver.get(demo.url + "/election/")
+    assert "Three candidates, one leader" in driver.find_element(By.TAG_NAME, "h1").text
+    first = WebDriverWait(driver, 60).until(lambda d: leader())
+    candidates = driver.find_element(By.ID, "candidates").text
+    assert candidates.count("waiting") == 2 and "leader" in candidates
+    driver.find_element(By.ID, "kill-leader").click()
+    second = WebDriverWait(driver, 60).until(
+        lambda d: (found := leader()) is not None and found[0] != first[0] and found
+    )
+    assert second[1] > first[1]  # a new term
+    WebDriverWait(driver, 30).until(lambda d: "killed" in d.find_element(By.ID, "candidates").text)
+    events = driver.find_element(By.ID, "election-events").text
+    assert f"elected, term {second[1]}" in events
+    IMG.mkdir(parents=True, exist_ok=True)
+    driver.save_screenshot(str(IMG / "demo-election.png"))

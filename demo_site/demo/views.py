@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
 import math
 import os
+import signal
+import socket
 import subprocess
 import sys
 import time
@@ -18,9 +22,10 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from django_redislock import LockInfo, lock_view
+from django_redislock import LockInfo, lock_info, lock_view
 from django_redislock.inspection import scan_page
 
+from .management.commands.election_candidate import ELECTION, election_dir
 from .models import DemoEvent, Ledger, Report
 
 MANAGE = Path(__file__).resolve().parent.parent / "manage.py"
@@ -193,3 +198,64 @@ def contention(request: HttpRequest) -> HttpResponse:
         )
         output = done.stdout + done.stderr
     return render(request, "demo/contention.html", {"output": output})
+
+
+# -- leader election: three candidates, one leader ---------------------------------------
+
+
+def _candidates() -> list[dict[str, Any]]:
+    found = []
+    for pid_file in sorted(election_dir().glob("*.pid")):
+        pid = int(pid_file.read_text() or 0)
+        found.append({"label": pid_file.stem, "pid": pid, "alive": _alive(pid)})
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Running (a killed candidate stays a zombie until make demo's launcher reaps it)."""
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    with contextlib.suppress(OSError):
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    return True
+
+
+def election(request: HttpRequest) -> HttpResponse:
+    info = lock_info(ELECTION)
+    events_file = election_dir() / "events.log"
+    lines = events_file.read_text().splitlines()[-12:] if events_file.exists() else []
+    events = []
+    for line in reversed(lines):
+        stamp, label, text = line.split(" ", 2)
+        events.append({"at": dt.datetime.fromtimestamp(float(stamp)), "who": label, "text": text})
+    return render(
+        request,
+        "demo/election.html",
+        {"leader": info, "candidates": _candidates(), "events": events, "name": ELECTION},
+    )
+
+
+@require_POST
+def election_kill(request: HttpRequest) -> HttpResponse:
+    """SIGKILL the leader: it cannot resign, so the others wait for its lease to run out."""
+    info = lock_info(ELECTION)
+    if info is not None and info.owner.pid and info.owner.host == socket.gethostname():
+        with contextlib.suppress(OSError):
+            os.kill(info.owner.pid, signal.SIGKILL)
+    return redirect("/election/")
+
+
+@require_POST
+def election_join(request: HttpRequest) -> HttpResponse:
+    """Start one more candidate (after a kill or two, the election needs fresh ones)."""
+    labels = {c["label"] for c in _candidates()}
+    label = next(f"candidate-{n}" for n in range(1, 100) if f"candidate-{n}" not in labels)
+    subprocess.Popen(
+        manage_command("election_candidate", "--label", label),
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    return redirect("/election/")
