@@ -456,12 +456,31 @@ def test_election_page_kill_the_leader_and_another_takes_over(demo: Demo, chromi
             return None
         return name, term
 
+    def text(element_id: str) -> str | None:
+        try:
+            return str(driver.find_element(By.ID, element_id).text)
+        except WebDriverException:  # the page reloaded between the find and the read
+            return None
+
+    def kill() -> bool:
+        try:
+            driver.find_element(By.ID, "kill-leader").click()
+        except WebDriverException:  # stale: the page reloaded; nothing was sent
+            return False
+        return True
+
     driver.get(demo.url + "/election/")
     assert "Three candidates, one leader" in driver.find_element(By.TAG_NAME, "h1").text
     first = WebDriverWait(driver, 60).until(lambda d: leader())
-    candidates = driver.find_element(By.ID, "candidates").text
-    assert candidates.count("waiting") == 2 and "leader" in candidates
-    driver.find_element(By.ID, "kill-leader").click()
+    # Three candidates: one leads, two wait.
+    WebDriverWait(driver, 30).until(
+        lambda d: (
+            (found := text("candidates")) is not None
+            and found.count("waiting") == 2
+            and "leader" in found
+        )
+    )
+    WebDriverWait(driver, 10).until(lambda d: kill())
     second = WebDriverWait(driver, 60).until(
         lambda d: (found := leader()) is not None and found[0] != first[0] and found
     )

@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import time
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +35,7 @@ MY_PAGES = [
     "docs/transactions.md",
     "docs/watchdog-and-fencing.md",
     "docs/testing-your-code.md",
+    "docs/election.md",
     "docs/changelog.md",
 ]
 #: Pages other parts of the project write; a link to one that is missing is reported, not
@@ -181,6 +183,21 @@ def test_readme_decorators(rf: Any) -> None:
     finally:
         holder.release()
     assert ns["Command"]().handle() is None
+
+
+def test_readme_election() -> None:
+    lead = run_example(README, "readme-election")["lead"]
+    terms: list[int] = []
+
+    def do_work(fence: int) -> None:
+        terms.append(fence)
+        time.sleep(0.01)  # the work
+        if len(terms) == 3:
+            django_redislock.force_release("scheduler")  # deposed: the loop must end
+
+    lead(do_work)
+    assert terms[:3] == [1, 1, 1]
+    assert django_redislock.lock_info("scheduler") is None
 
 
 def test_readme_fencing(account_model: Any) -> None:
@@ -496,3 +513,30 @@ def test_plugin_is_inert_until_enabled(tmp_path: Path) -> None:
     assert done.returncode != 0
     assert "fixture 'redislock' not found" in done.stdout
     assert "fixture 'redislock_server' not found" in done.stdout
+
+
+# -- election.md ---------------------------------------------------------------------------------
+
+ELECTION = "docs/election.md"
+
+
+def test_election_basic_example() -> None:
+    run_scheduler = run_example(ELECTION, "election-basic")["run_scheduler"]
+    assert run_scheduler(stop_after=0.05) == 1
+    assert run_scheduler(stop_after=0.05) == 2  # a new term for the next leader
+    assert django_redislock.lock_info("scheduler") is None  # resigned
+
+
+def test_election_callbacks_example() -> None:
+    lead_until_lost = run_example(ELECTION, "election-callbacks")["lead_until_lost"]
+    lost = lead_until_lost("beat")
+    assert not lost.is_set()
+    info = django_redislock.lock_info("beat")
+    assert info is not None and info.purpose == "beat@web-1"
+    assert django_redislock.force_release("beat")
+    assert lost.wait(10)  # told at the next renewal
+    holder = django_redislock.Lock("busy-beat", ttl=30)
+    assert holder.acquire(blocking=False)
+    with pytest.raises(RuntimeError, match="busy-beat: another process leads"):
+        lead_until_lost("busy-beat", timeout=0.05)
+    holder.release()
