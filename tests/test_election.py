@@ -16,19 +16,10 @@ import pytest
 
 from django_redislock import Election, force_release
 from django_redislock.holder import hostname
+from tests.support.polling import wait_until
 
 TTL = 1.0
 RENEW = TTL / 3
-
-
-def wait_until(predicate, timeout=20.0, interval=0.01):
-    """Poll a condition that has no event to await (a line in another process's log)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()
 
 
 # -- in one process ----------------------------------------------------------------------

@@ -19,6 +19,7 @@ from django_redislock import LockBackendUnavailable, LockNotAcquired, LockNotOwn
 from django_redislock import lock as lock_module
 from django_redislock.redlock import clock_drift
 from django_redislock.testing import FaultProxy, RedisServer
+from tests.support.polling import wait_until
 
 PREFIX = "redislock"
 #: A node timeout with the headroom a loaded machine needs (a busy CI box can leave the
@@ -29,16 +30,6 @@ NT = 1.0
 
 def key(name: str) -> str:
     return f"{PREFIX}:{{{name}}}"
-
-
-def wait_until(predicate, timeout=3.0, interval=0.005):
-    """Poll a state with no event to await (a key in Redis), within a bound."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()
 
 
 def settled(lock: Redlock) -> bool:

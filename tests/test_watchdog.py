@@ -12,20 +12,9 @@ import pytest
 from django_redislock import Lock, LockLost, LockNotOwned
 from django_redislock import watchdog as watchdog_module
 from django_redislock.signals import lock_lost
+from tests.support.polling import wait_until
 
 TTL = 0.3
-
-
-def wait_until(predicate, timeout=10.0, interval=0.01):
-    """Poll a condition that has no event to await (a key expiring in Redis)."""
-    import time
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()
 
 
 class LostRecorder:
