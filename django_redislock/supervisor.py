@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from types import FrameType
 
 from .exceptions import LockNotOwned
-from .inspection import lock_info
+from .factory import holder_info
 from .lock import Lock
+from .locked_command import describe_holder
 
 #: Exit status when the lock is busy (``EX_TEMPFAIL``: try again later).
 EXIT_BUSY = 75
@@ -70,7 +71,7 @@ def run_locked(options: RunOptions, say: Callable[[str], None], warn: Callable[[
     )
     waiting = options.on_busy == "wait"
     if not lock.acquire(blocking=waiting, timeout=options.lock_timeout if waiting else None):
-        return _busy(options, say, warn)
+        return _busy(options, lock, say, warn)
     try:
         child = subprocess.Popen(
             list(options.command),
@@ -93,16 +94,16 @@ def run_locked(options: RunOptions, say: Callable[[str], None], warn: Callable[[
     return exit_status(child.returncode)
 
 
-def _busy(options: RunOptions, say: Callable[[str], None], warn: Callable[[str], None]) -> int:
-    info = lock_info(options.name, connection=options.connection)
-    holder = "busy"
-    if info is not None:
-        holder = f"held by {info.owner}" + (f" ({info.purpose})" if info.purpose else "")
+def _busy(
+    options: RunOptions, lock: Lock, say: Callable[[str], None], warn: Callable[[str], None]
+) -> int:
+    # The same description of the holder as LockedCommand's busy message.
+    message = describe_holder(options.name, holder_info(lock))
     if options.on_busy == "skip":
-        say(f"Lock {options.name!r} is {holder}; skipped.")
+        say(f"{message} Not run: skipped (--on-busy skip).")
         return 0
     waited = f" after waiting {options.lock_timeout:g}s" if options.on_busy == "wait" else ""
-    warn(f"Lock {options.name!r} is {holder}{waited}; not run.")
+    warn(f"{message} Not run{waited}.")
     return EXIT_BUSY
 
 

@@ -31,6 +31,7 @@ holder).
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import json
 import os
@@ -43,6 +44,8 @@ from pathlib import Path
 from typing import Any
 
 import redis
+
+from tests.support import polling
 
 RESOURCE_LUA = (Path(__file__).with_name("resource.lua")).read_text("utf-8")
 
@@ -357,14 +360,9 @@ def wait_exit(pid: int, timeout: float = 30.0) -> int:
     raise TimeoutError(f"worker {pid} did not finish within {timeout}s")
 
 
-def wait_until(predicate: Any, timeout: float = 10.0, interval: float = 0.002) -> bool:
-    """Poll a condition with no event to await (a key expiring in Redis), bounded."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return bool(predicate())
+#: Poll a condition with no event to await (a key expiring in Redis), bounded; the fault
+#: scenarios poll finer than the tests (2 ms) to resume a frozen worker right on time.
+wait_until = functools.partial(polling.wait_until, interval=0.002)
 
 
 @dataclass
