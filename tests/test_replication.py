@@ -23,7 +23,7 @@ from django_redislock.replication import (
     wait_timeout_ms,
 )
 from django_redislock.testing import FaultProxy, RedisServer
-from tests.support.cluster import promote, replicate, wait_until
+from tests.support.cluster import primary_sees_acks, promote, replicate, wait_until
 
 ALIAS = "ha"
 #: Start the initial sync at once (the default waits 5 s for more replicas to join).
@@ -51,6 +51,7 @@ def pair(make_server: Any, make_proxy: Any, settings: Any) -> Iterator[Pair]:
     replica = make_server()
     link = make_proxy(primary)
     replicate(replica, link.host, link.port)
+    wait_until(lambda: primary_sees_acks(primary), 10, what="the primary to count the replica")
     pair = Pair(primary, replica, link)
     pair.use(settings, primary)
     yield pair
@@ -125,7 +126,7 @@ def test_unreplicated_extend_raises_and_keeps_the_old_validity(pair: Pair) -> No
 def test_watchdog_marks_lock_lost_when_renewals_do_not_replicate(pair: Pair) -> None:
     lost: list[Lock] = []
     lock = Lock(
-        "watched", ttl=2, watchdog=True, wait_replicas=1, wait_timeout=0.5, on_lost=lost.append
+        "watched", ttl=3, watchdog=True, wait_replicas=1, wait_timeout=0.7, on_lost=lost.append
     )
     assert lock.acquire(timeout=0)
     pair.link.hold()
@@ -179,7 +180,8 @@ def test_failover_before_replication_gives_the_lock_twice(pair: Pair, settings: 
 )
 def test_batched_watchdog_renewals_wait_for_replicas_too(pair: Pair) -> None:
     """The watchdog renews locks that fall due together in one batch: each still WAITs."""
-    locks = [Lock(f"batch-{i}", wait_replicas=1, wait_timeout=0.5) for i in range(2)]
+    # wait_timeout with headroom for a loaded machine: the link is up for the acquires.
+    locks = [Lock(f"batch-{i}", wait_replicas=1, wait_timeout=1.0) for i in range(2)]
     for lock in locks:
         assert lock.acquire(timeout=0)
     assert Lock._extend_many([(lock, lock.token) for lock in locks]) == [True, True]

@@ -204,6 +204,13 @@ def replicate(
         wait_until(lambda: link_up(replica), 10, what="replication link up")
 
 
+def primary_sees_acks(primary: RedisServer, replicas: int = 1) -> bool:
+    """True once ``WAIT`` on ``primary`` counts ``replicas`` acks: "link up" on the replica
+    side comes before the primary puts it online, and until then every WAIT returns 0."""
+    with primary.client() as client:
+        return int(client.wait(replicas, 200)) >= replicas
+
+
 def link_up(replica: RedisServer) -> bool:
     with replica.client() as client:
         return client.info("replication").get("master_link_status") == "up"
