@@ -53,6 +53,7 @@ def test_wheel_contents(dist: Path) -> None:
     assert "django_redislock/py.typed" in package
     assert "django_redislock/testing/__init__.py" in package
     assert "django_redislock/testing/servers.py" in package
+    assert "django_redislock/contrib/celery/task.py" in package
     assert "django_redislock/migrations/0001_initial.py" in package
     assert "django_redislock/management/commands/redislock.py" in package
     lua = {n.rsplit("/", 1)[1] for n in package if n.endswith(".lua")}

@@ -1,0 +1,1 @@
+"""Optional integrations. Each submodule imports its library only when it is imported."""

@@ -1,0 +1,152 @@
+"""The Celery app of the Celery tests, and its tasks.
+
+The tests start real workers with ``celery -A tests.support.celery_app worker``; in those
+processes ``REDISLOCK_CELERY_URL`` (broker, results and locks: one server the tests started)
+and ``REDISLOCK_CELERY_DB`` (a shared SQLite file) configure Django here. In the test
+process the module only defines the tasks (to send them) and :func:`configure` points the
+app at the server.
+
+Each task body appends lines to a log file it is given (one ``os.write`` on an
+``O_APPEND`` file, so lines never interleave): ``start T PID TASK_ID FENCE`` and
+``end T PID TASK_ID FENCE``, T from ``time.monotonic_ns()`` (one clock for the machine).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from celery import Celery
+
+from django_redislock.contrib.celery import LockedTask
+
+URL_ENV = "REDISLOCK_CELERY_URL"
+DB_ENV = "REDISLOCK_CELERY_DB"
+#: The ORM model of the fencing test (defined in worker processes only).
+Account: Any = None
+
+app = Celery("redislock_tests")
+app.conf.update(
+    task_serializer="json",
+    result_serializer="json",
+    accept_content=["json"],
+    worker_prefetch_multiplier=1,  # spread one key's tasks over every worker
+    broker_connection_retry_on_startup=True,
+    worker_hijack_root_logger=False,
+    task_track_started=True,
+)
+
+
+def configure(url: str) -> None:
+    """Broker and result backend on the server at ``url``."""
+    app.conf.update(broker_url=url, result_backend=url)
+
+
+if URL_ENV in os.environ:  # a worker process
+    from tests.support.fencing_workers import setup
+
+    Account = setup(os.environ[URL_ENV], os.environ[DB_ENV])
+    configure(os.environ[URL_ENV])
+
+
+def log_event(log: str, event: str, task: Any, detail: Any = "") -> None:
+    line = f"{event} {time.monotonic_ns()} {os.getpid()} {task.request.id} {detail}\n"
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+def _section(task: Any, key: str, log: str, seconds: float) -> int | None:
+    lock = getattr(task, "held_lock", None)
+    fence = lock.fence if lock is not None else None
+    log_event(log, "start", task, fence)
+    time.sleep(seconds)
+    log_event(log, "end", task, fence)
+    return fence
+
+
+SHORT = {"ttl": 1.0}  # the watchdog renews it; a dead worker's lock frees within a second
+
+
+@app.task(bind=True, base=LockedTask, lock={"name": "skip:{key}", **SHORT})
+def skip_task(self: Any, key: str, log: str, seconds: float) -> int | None:
+    return _section(self, key, log, seconds)
+
+
+@app.task(
+    bind=True,
+    base=LockedTask,
+    lock={"name": "wait:{key}", "on_busy": "wait", "timeout": 60, **SHORT},
+)
+def wait_task(self: Any, key: str, log: str, seconds: float) -> int | None:
+    return _section(self, key, log, seconds)
+
+
+@app.task(
+    bind=True,
+    base=LockedTask,
+    max_retries=None,
+    lock={"name": "retry:{key}", "on_busy": "retry", "ttl": 0.3},
+)
+def retry_task(self: Any, key: str, log: str, seconds: float) -> int | None:
+    log_event(log, "attempt", self, self.request.retries)
+    return _section(self, key, log, seconds)
+
+
+@app.task(bind=True)
+def unlocked_task(self: Any, key: str, log: str, seconds: float) -> None:
+    """The same work without a lock: what the overlap checker must catch."""
+    return _section(self, key, log, seconds)
+
+
+@app.task(bind=True, base=LockedTask, lock={"name": "error:{key}", "on_busy": "error", **SHORT})
+def error_task(self: Any, key: str, log: str, seconds: float) -> int | None:
+    return _section(self, key, log, seconds)
+
+
+class ReportingTask(LockedTask):
+    """Reports ``on_lost`` in the Redis list ``on_lost`` (it runs in the watchdog's thread,
+    where the task's request is not at hand)."""
+
+    def on_lock_lost(self, lock: Any) -> None:
+        from django_redislock.connection import lock_client
+
+        super().on_lock_lost(lock)
+        lock_client("default").rpush("on_lost", lock.name)
+
+
+@app.task(bind=True, base=ReportingTask, lock={"name": "watched:{key}", **SHORT})
+def lose_task(self: Any, key: str, log: str) -> bool:
+    """Hold the lock until it is lost (the test force-releases it), then return."""
+    log_event(log, "start", self, self.held_lock.fence)
+    while not self.held_lock.lost:
+        time.sleep(0.01)
+    log_event(log, "noticed", self)
+    return True
+
+
+@app.task(
+    bind=True,
+    base=LockedTask,
+    lock={"name": "account", "ttl": 0.3, "watchdog": False, "on_busy": "wait", "timeout": 30},
+)
+def fenced_deposit(self: Any, amount: int, log: str, go_key: str | None = None) -> int:
+    """Read the balance, (wait for ``go_key`` in Redis,) write balance + amount, fenced."""
+    from django_redislock import StaleFence
+    from django_redislock.connection import lock_client
+    from django_redislock.fencing import fenced_update
+
+    balance = Account.objects.get(pk=1).balance
+    log_event(log, "read", self, self.held_lock.fence)
+    while go_key is not None and not lock_client("default").exists(go_key):
+        time.sleep(0.01)
+    try:
+        fenced_update(Account.objects.filter(pk=1), self.held_lock, balance=balance + amount)
+    except StaleFence:
+        log_event(log, "stale", self, self.held_lock.fence)
+    else:
+        log_event(log, "written", self, self.held_lock.fence)
+    return int(self.held_lock.fence)

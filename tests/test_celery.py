@@ -1,0 +1,299 @@
+"""LockedTask with real Celery workers: three worker processes (solo, threads, prefork pools)
+consuming one queue on a server this module starts, which is also the result backend and
+the lock server. Workers are started once for the module; each test uses its own keys."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from django_redislock import LockLost, LockNotAcquired, force_release
+from django_redislock.contrib.celery import LockedTask, is_skipped
+from django_redislock.testing import RedisServer
+from tests.support import celery_app
+from tests.support.fencing_workers import create_database, read_row
+from tests.support.polling import wait_until
+
+REPO = Path(__file__).resolve().parents[1]
+POOLS = (["-P", "solo"], ["-P", "threads", "-c", "2"], ["-P", "prefork", "-c", "2"])
+RESULT_TIMEOUT = 60
+
+
+@dataclass
+class Workers:
+    server: RedisServer
+    db: Path
+    procs: list[subprocess.Popen[bytes]]
+
+
+def _start_worker(pool: list[str], env: dict[str, str], index: int) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "tests.support.celery_app",
+            "worker",
+            *pool,
+            "-n",
+            f"w{index}-{os.getpid()}@%h",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            "-l",
+            "warning",
+        ],
+        env=env,
+        cwd=REPO,
+    )
+
+
+@pytest.fixture(scope="module")
+def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
+    server = RedisServer().start()
+    db = tmp_path_factory.mktemp("celery") / "accounts.sqlite3"
+    create_database(str(db))
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        celery_app.URL_ENV: server.url,
+        celery_app.DB_ENV: str(db),
+    }
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    celery_app.configure(server.url)
+    procs = [_start_worker(pool, env, i) for i, pool in enumerate(POOLS)]
+    try:
+        # every worker answers a ping
+        assert wait_until(lambda: len(celery_app.app.control.ping(timeout=0.5)) == len(POOLS), 60)
+        yield Workers(server, db, procs)
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+        server.close()
+
+
+@pytest.fixture
+def celery(workers: Workers, settings: Any, tmp_path: Path) -> Iterator[Workers]:
+    """The test process's locks on the workers' server (the tasks' locks live there)."""
+    caches = dict(settings.CACHES)
+    caches["default"] = {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": workers.server.url}
+    settings.CACHES = caches
+    yield workers
+
+
+@dataclass(frozen=True)
+class Run:
+    task_id: str
+    pid: int
+    start: int
+    end: int
+    fence: str
+
+
+def read_log(path: Path) -> list[list[str]]:
+    if not path.exists():
+        return []
+    return [line.split() for line in path.read_text().splitlines()]
+
+
+def runs(path: Path) -> list[Run]:
+    """The critical sections in the log, by start time."""
+    started: dict[str, list[str]] = {}
+    done = []
+    for event, stamp, pid, task_id, *rest in read_log(path):
+        if event == "start":
+            started[task_id] = [stamp, pid, *rest]
+        elif event == "end":
+            first, pid0, *detail = started.pop(task_id)
+            done.append(Run(task_id, int(pid0), int(first), int(stamp), " ".join(detail)))
+    return sorted(done, key=lambda run: run.start)
+
+
+def overlaps(sections: list[Run]) -> list[str]:
+    """Every pair of sections that ran at the same time (they should run one at a time)."""
+    problems = []
+    for before, after in itertools.pairwise(sections):
+        if after.start < before.end:
+            problems.append(f"{after.task_id} started before {before.task_id} ended")
+    return problems
+
+
+def enqueue(task: Any, count: int, log: Path, seconds: float, key: str | None = None) -> list[Any]:
+    key = key or uuid.uuid4().hex[:8]
+    return [task.delay(key, str(log), seconds) for _ in range(count)]
+
+
+def outcomes(results: list[Any]) -> list[Any]:
+    return [result.get(timeout=RESULT_TIMEOUT, propagate=False) for result in results]
+
+
+def test_the_overlap_checker_catches_unlocked_runs(celery: Workers, tmp_path: Path) -> None:
+    log = tmp_path / "events.log"
+    outcomes(enqueue(celery_app.unlocked_task, 10, log, 0.3))
+    assert overlaps(runs(log))  # five pool slots, no lock: runs overlap
+
+
+def test_skip_runs_one_at_a_time_and_the_rest_say_skipped(celery: Workers, tmp_path: Path) -> None:
+    log = tmp_path / "events.log"
+    results = outcomes(enqueue(celery_app.skip_task, 20, log, 0.3))
+    sections = runs(log)
+    assert overlaps(sections) == []
+    skipped = [result for result in results if is_skipped(result)]
+    ran = [result for result in results if isinstance(result, int)]
+    assert len(ran) == len(sections) >= 1 and skipped  # five slots: some found it busy
+    assert len(ran) + len(skipped) == 20
+    assert all(result["lock"].startswith("skip:") for result in skipped)
+    assert sorted(ran) == [int(section.fence) for section in sections]  # fences grow
+    assert len({section.pid for section in sections}) >= 1
+
+
+def test_wait_runs_every_task_one_at_a_time(celery: Workers, tmp_path: Path) -> None:
+    log = tmp_path / "events.log"
+    results = outcomes(enqueue(celery_app.wait_task, 20, log, 0.05))
+    sections = runs(log)
+    assert len(sections) == 20 and overlaps(sections) == []
+    assert [int(s.fence) for s in sections] == sorted(results)  # one holder after another
+    assert len({section.pid for section in sections}) >= 2  # more than one worker took part
+
+
+def test_retry_runs_every_task_later(celery: Workers, tmp_path: Path) -> None:
+    log = tmp_path / "events.log"
+    results = outcomes(enqueue(celery_app.retry_task, 5, log, 0.2))
+    sections = runs(log)
+    assert all(isinstance(result, int) for result in results), results
+    assert len(sections) == 5 and overlaps(sections) == []
+    retried = [line for line in read_log(log) if line[0] == "attempt" and line[4] != "0"]
+    assert retried  # five at once on five slots: some had to retry
+
+
+def test_error_fails_the_busy_runs_with_lock_not_acquired(celery: Workers, tmp_path: Path) -> None:
+    log = tmp_path / "events.log"
+    results = outcomes(enqueue(celery_app.error_task, 5, log, 0.5))
+    sections = runs(log)
+    errors = [result for result in results if isinstance(result, Exception)]
+    assert overlaps(sections) == []
+    assert len(sections) + len(errors) == 5 and errors
+    assert all(type(error).__name__ == LockNotAcquired.__name__ for error in errors), errors
+    assert "could not acquire lock 'error:" in str(errors[0])
+
+
+def test_the_held_lock_is_released_after_success_and_failure(celery: Workers) -> None:
+    from django_redislock import lock_info
+
+    key = uuid.uuid4().hex[:8]
+    celery_app.skip_task.delay(key, "/dev/null", 0).get(timeout=RESULT_TIMEOUT)
+    assert lock_info(f"skip:{key}") is None
+    result = celery_app.skip_task.delay(key, "/nonexistent/dir/log", 0)  # the body raises
+    with pytest.raises(OSError):
+        result.get(timeout=RESULT_TIMEOUT)
+    assert lock_info(f"skip:{key}") is None
+
+
+def test_a_lost_lock_is_noticed_in_the_task(celery: Workers, tmp_path: Path) -> None:
+    from django_redislock.connection import lock_client
+
+    log = tmp_path / "events.log"
+    key = uuid.uuid4().hex[:8]
+    result = celery_app.lose_task.delay(key, str(log))
+    assert wait_until(lambda: read_log(log), 30)
+    assert force_release(f"watched:{key}")
+    with pytest.raises(LockLost):  # the body returned, but its lock was gone
+        result.get(timeout=RESULT_TIMEOUT)
+    assert [line[0] for line in read_log(log)] == ["start", "noticed"]
+    on_lost = lock_client("default").lrange("on_lost", 0, -1)
+    assert on_lost.count(f"watched:{key}".encode()) == 1
+
+
+def test_a_fenced_write_from_a_task_that_lost_its_lock_is_rejected(
+    celery: Workers, tmp_path: Path
+) -> None:
+    from django_redislock import Lock
+    from django_redislock.connection import lock_client
+
+    log = tmp_path / "events.log"
+    go = f"go:{uuid.uuid4().hex}"
+    stale = celery_app.fenced_deposit.delay(10, str(log), go)  # holds "account" for 0.3 s
+    assert wait_until(lambda: read_log(log), 30)
+    with Lock("account", timeout=10):  # its TTL ran out (no watchdog): a new holder
+        pass
+    newer = celery_app.fenced_deposit.delay(100, str(log)).get(timeout=RESULT_TIMEOUT)
+    lock_client("default").set(go, 1)  # the paused first task resumes and writes
+    with pytest.raises(LockLost):
+        stale.get(timeout=RESULT_TIMEOUT)
+    events = {line[0]: line for line in read_log(log)}
+    assert events["stale"][3] == stale.id  # its write was rejected
+    balance, fence = read_row(str(celery.db))
+    assert (balance, fence) == (100, newer)
+
+
+def _define(task_name: str, lock: dict[str, Any]) -> Any:
+    def body(x: int) -> int:
+        return x
+
+    task = celery_app.app.task(name=task_name, base=LockedTask, lock=lock, shared=False)(body)
+    return task.name  # a proxy until the app is finalized: this makes Celery build the task
+
+
+@pytest.mark.parametrize(
+    ("lock", "message"),
+    [
+        ({"on_busy": "later"}, r"task 'bad'.*on_busy must be one of skip, retry, error, wait"),
+        ({"scope": "queued", "on_busy": "retry"}, r"on_busy must be one of skip, error, wait"),
+        ({"scope": "now"}, r"scope must be one of running, queued, not 'now'"),
+        ({"on_busy": "wait"}, r"on_busy='wait' needs a timeout"),
+        ({"colour": "red"}, r"Unknown lock option\(s\) colour"),
+        ({"on_lost": print}, r"on_lost cannot be set"),
+        ({"ttl": 0}, r"'ttl' must be > 0"),
+        ({"name": "n:{y}"}, r"uses \{y\}, which is not a parameter"),
+        ({"key_args": ["y"]}, r"key_args names no parameter of the task: \['y'\]"),
+    ],
+)
+def test_bad_lock_options_fail_when_the_task_is_defined(lock: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        _define("bad", lock)
+
+
+def test_key_args_name_the_lock_after_the_arguments() -> None:
+    from django_redislock.contrib.celery.options import parse
+
+    def body(report_id: int, fmt: str = "pdf", **extra: Any) -> None:
+        pass
+
+    every = parse("reports.build", body, {"key_args": "all"})
+    assert every.lock_name((7,), {}) == "reports.build:fmt='pdf',report_id=7"
+    chosen = parse("reports.build", body, {"key_args": ["report_id"]})
+    assert chosen.lock_name((7, "csv"), {}) == "reports.build:report_id=7"
+    hashed = every.lock_name((7,), {"data": {"a": 1}})  # braces: a digest instead
+    assert hashed.startswith("reports.build#")
+    assert hashed == every.lock_name((7,), {"data": {"a": 1}})
+    assert parse("t", body, {}).lock_name((7,), {}) == "t"  # default: the task's name
+    template = parse("t", body, {"name": "report:{report_id}:{fmt}"})
+    assert template.lock_name((7,), {}) == "report:7:pdf"
+    by_callable = parse("t", body, {"name": lambda report_id, **kw: f"r{report_id}"})
+    assert by_callable.lock_name((8,), {}) == "r8"
+
+
+def test_importing_django_redislock_does_not_import_celery() -> None:
+    code = "import sys, django_redislock; print('celery' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert out.stdout.strip() == "False", out.stderr
+
+
+_ = signal  # used by the worker-death tests
