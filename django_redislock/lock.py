@@ -347,6 +347,33 @@ class BaseLock:
             raise self._not_owned("extend")
         self.valid_until = started + ttl_ms / 1000
 
+    def adopt(self, token: str) -> bool:
+        """Take over the lock held under ``token``: a lock another process handed over.
+
+        The process that acquired it passes its ``token`` along (a Celery task's message,
+        say); this object then owns the lock as if it had acquired it: its TTL restarts at
+        this object's ``ttl``, its watchdog (if on) renews it, ``fence`` is the holder's
+        fence, ``release()`` releases it. False if that token no longer holds the lock
+        (expired, released, or taken over since). The handing side must stop using the
+        token. The holder details shown by the admin stay those of the first holder.
+        """
+        if not isinstance(token, str) or not token:
+            raise ValueError(f"token must be a non-empty str, not {token!r}")
+        self._check_not_held()
+        started = clock()
+        try:
+            fence = self._holder_fence(token) if self._do_extend(token, self._ttl_ms) else None
+        except RedisError as exc:
+            raise self._backend_error(exc) from exc
+        if fence is None:
+            return False
+        self._took(token, fence, started)
+        return True
+
+    def _holder_fence(self, token: str) -> int | None:
+        """The fence of the holder with ``token`` (``None`` if another holds the lock)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot adopt a lock")
+
     def check(self) -> None:
         """Raise :class:`LockLost` if this lock was lost, :class:`LockNotOwned` if never held.
 
@@ -742,6 +769,15 @@ class Lock(BaseLock):
 
     def _do_cleanup(self, token: str) -> None:
         self._do_release(token)
+
+    def _holder_fence(self, token: str) -> int | None:
+        pipe = self._client().pipeline(transaction=True)  # one slot: {name} hash tag
+        pipe.get(self.keys.key)
+        pipe.hget(self.keys.meta, "fence")
+        holder, fence = pipe.execute()
+        if holder is None or holder.decode() != token:
+            return None
+        return int(fence or 0)
 
     def _renew_group(self) -> Any:
         return ("lock", self.connection)

@@ -243,6 +243,72 @@ def test_a_fenced_write_from_a_task_that_lost_its_lock_is_rejected(
     assert (balance, fence) == (100, newer)
 
 
+# -- the queued scope ------------------------------------------------------------------
+
+
+def _go(key: str) -> None:
+    from django_redislock.connection import lock_client
+
+    lock_client("default").set(key, 1)
+
+
+def test_queued_duplicates_get_the_queued_task(celery: Workers, tmp_path: Path) -> None:
+    from django_redislock import lock_info
+
+    log = tmp_path / "events.log"
+    key, go = uuid.uuid4().hex[:8], f"go:{uuid.uuid4().hex}"
+    results = [celery_app.queued_task.delay(key, str(log), go) for _ in range(20)]
+    assert {result.id for result in results} == {results[0].id}  # 19 point at the first
+    assert lock_info(f"queued:{key}") is not None
+    _go(go)
+    assert results[0].get(timeout=RESULT_TIMEOUT) == results[0].id
+    assert [line[0] for line in read_log(log)] == ["start", "end"]  # one execution
+    assert lock_info(f"queued:{key}") is None and lock_info(f"queued:{key}:run") is None
+    again = celery_app.queued_task.delay(key, str(log))  # free again: a new task
+    assert again.id != results[0].id and again.get(timeout=RESULT_TIMEOUT) == again.id
+
+
+def test_queued_duplicate_raises_with_on_busy_error(celery: Workers, tmp_path: Path) -> None:
+    key, go = uuid.uuid4().hex[:8], f"go:{uuid.uuid4().hex}"
+    first = celery_app.queued_error_task.delay(key, "", go)
+    with pytest.raises(LockNotAcquired, match=rf"already queued or running .*{first.id}"):
+        celery_app.queued_error_task.delay(key, "", go)
+    _go(go)
+    first.get(timeout=RESULT_TIMEOUT)
+
+
+def test_a_failed_run_frees_the_queued_key(celery: Workers) -> None:
+    from django_redislock import lock_info
+
+    key = uuid.uuid4().hex[:8]
+    result = celery_app.queued_task.delay(key, "/nonexistent/dir/log")  # the body raises
+    with pytest.raises(OSError):
+        result.get(timeout=RESULT_TIMEOUT)
+    assert lock_info(f"queued:{key}") is None and lock_info(f"queued:{key}:run") is None
+
+
+def test_a_revoked_queued_task_frees_its_key(celery: Workers, tmp_path: Path) -> None:
+    from django_redislock import lock_info
+
+    key = uuid.uuid4().hex[:8]
+    result = celery_app.queued_task.apply_async((key, str(tmp_path / "log")), countdown=1)
+    result.revoke()
+    assert wait_until(lambda: lock_info(f"queued:{key}") is None, 20)
+    assert not (tmp_path / "log").exists()  # it never ran
+    assert celery_app.queued_task.delay(key, str(tmp_path / "log")).id != result.id
+
+
+def test_a_task_nobody_runs_frees_its_key_after_queued_ttl(celery: Workers) -> None:
+    from django_redislock import lock_info
+
+    key = uuid.uuid4().hex[:8]
+    first = celery_app.short_queued_task.apply_async((key,), queue="nobody-consumes-this")
+    assert celery_app.short_queued_task.apply_async((key,), queue="nobody").id == first.id
+    assert wait_until(lambda: lock_info(f"queued:{key}") is None, 10)  # queued_ttl=1
+    again = celery_app.short_queued_task.delay(key)
+    assert again.id != first.id and again.get(timeout=RESULT_TIMEOUT) == again.id
+
+
 def _define(task_name: str, lock: dict[str, Any]) -> Any:
     def body(x: int) -> int:
         return x

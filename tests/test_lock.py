@@ -494,3 +494,41 @@ def test_acquired_at_means_what_lock_info_says(lock_backend):
     assert isinstance(lock.acquired_monotonic, float)
     lock.release()
     assert lock.acquired_at is None
+
+
+# -- adopt: a lock handed over by token -------------------------------------------------
+
+
+def test_adopt_takes_over_a_held_lock(lock_backend) -> None:
+    first = Lock("handed", ttl=5)
+    assert first.acquire(timeout=0)
+    second = Lock("handed", ttl=10)
+    assert second.adopt(first.token)
+    assert second.token == first.token and second.fence == first.fence and second.owned()
+    assert 9 < second.remaining() <= 10  # its own ttl from now
+    second.release()
+    assert not Lock("handed").locked()
+
+
+def test_adopt_fails_for_a_token_that_no_longer_holds(lock_backend) -> None:
+    first = Lock("handed", ttl=5)
+    assert first.acquire(timeout=0)
+    token = first.token
+    first.release()
+    assert not Lock("handed").adopt(token)
+    other = Lock("handed")
+    assert other.acquire(timeout=0)
+    late = Lock("handed")
+    assert not late.adopt(token) and late.token is None  # another holder now: left alone
+    assert other.owned()
+    other.release()
+
+
+def test_adopt_checks_its_arguments(lock_backend) -> None:
+    with pytest.raises(ValueError, match="token must be a non-empty str"):
+        Lock("handed").adopt("")
+    held = Lock("handed")
+    assert held.acquire(timeout=0)
+    with pytest.raises(RedisLockError, match="already acquired by this object"):
+        held.adopt("x")
+    held.release()

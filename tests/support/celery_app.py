@@ -136,13 +136,11 @@ def lose_task(self: Any, key: str, log: str) -> bool:
 def fenced_deposit(self: Any, amount: int, log: str, go_key: str | None = None) -> int:
     """Read the balance, (wait for ``go_key`` in Redis,) write balance + amount, fenced."""
     from django_redislock import StaleFence
-    from django_redislock.connection import lock_client
     from django_redislock.fencing import fenced_update
 
     balance = Account.objects.get(pk=1).balance
     log_event(log, "read", self, self.held_lock.fence)
-    while go_key is not None and not lock_client("default").exists(go_key):
-        time.sleep(0.01)
+    _wait_for(go_key)
     try:
         fenced_update(Account.objects.filter(pk=1), self.held_lock, balance=balance + amount)
     except StaleFence:
@@ -150,3 +148,33 @@ def fenced_deposit(self: Any, amount: int, log: str, go_key: str | None = None) 
     else:
         log_event(log, "written", self, self.held_lock.fence)
     return int(self.held_lock.fence)
+
+
+def _wait_for(go_key: str | None) -> None:
+    from django_redislock.connection import lock_client
+
+    while go_key is not None and not lock_client("default").exists(go_key):
+        time.sleep(0.01)
+
+
+QUEUED = {"name": "queued:{key}", "scope": "queued", **SHORT}
+
+
+@app.task(bind=True, base=LockedTask, lock=QUEUED)
+def queued_task(self: Any, key: str, log: str, go_key: str | None = None) -> str:
+    """Runs once ``go_key`` exists in Redis (tests hold it queued or running until then)."""
+    log_event(log, "start", self, self.held_lock.fence)
+    _wait_for(go_key)
+    log_event(log, "end", self, self.held_lock.fence)
+    return str(self.request.id)
+
+
+@app.task(bind=True, base=LockedTask, lock={**QUEUED, "on_busy": "error"})
+def queued_error_task(self: Any, key: str, log: str, go_key: str | None = None) -> str:
+    _wait_for(go_key)
+    return str(self.request.id)
+
+
+@app.task(bind=True, base=LockedTask, lock={**QUEUED, "queued_ttl": 1.0})
+def short_queued_task(self: Any, key: str) -> str:
+    return str(self.request.id)

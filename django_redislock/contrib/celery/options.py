@@ -19,7 +19,9 @@ SCOPES = ("running", "queued")
 #: What each scope can do when the key is busy (the first is the default).
 ON_BUSY = {"running": ("skip", "retry", "error", "wait"), "queued": ("skip", "error", "wait")}
 #: Our keys; anything else must be a keyword argument of ``Lock`` / ``Redlock``.
-OWN_KEYS = frozenset({"name", "key_args", "scope", "on_busy", "ttl", "timeout", "watchdog"})
+OWN_KEYS = frozenset(
+    {"name", "key_args", "scope", "on_busy", "ttl", "timeout", "watchdog", "queued_ttl"}
+)
 #: Keys the task decides itself.
 RESERVED = frozenset({"blocking", "on_lost"})
 #: Queued scope: how long a queued marker outlives a worker that died holding it.
@@ -37,6 +39,7 @@ class LockOptions:
     ttl: float | None = None
     timeout: float | None = None
     watchdog: bool = True
+    queued_ttl: float = DEFAULT_QUEUED_TTL
     lock_kwargs: Mapping[str, Any] = field(default_factory=dict)
 
     def lock_name(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
@@ -111,6 +114,9 @@ def parse(task_name: str, run: Callable[..., Any], raw: Any) -> LockOptions:
     ttl = _number(task_name, "ttl", raw.get("ttl"))
     if ttl == 0:
         raise _fail(task_name, "'ttl' must be > 0")
+    queued_ttl = _number(task_name, "queued_ttl", raw.get("queued_ttl", DEFAULT_QUEUED_TTL))
+    if not queued_ttl:
+        raise _fail(task_name, "'queued_ttl' must be > 0")
     watchdog = raw.get("watchdog", True)
     if not isinstance(watchdog, bool):
         raise _fail(task_name, f"'watchdog' must be True or False, not {watchdog!r}")
@@ -136,6 +142,8 @@ def parse(task_name: str, run: Callable[..., Any], raw: Any) -> LockOptions:
         check_lock_kwargs(lock_kwargs)
     except (TypeError, ValueError) as exc:
         raise _fail(task_name, str(exc)) from None
+    if scope == "queued" and (lock_kwargs.get("backend") == "redlock" or "connections" in raw):
+        raise _fail(task_name, "the queued scope needs a Lock (one server), not a Redlock")
     return LockOptions(
         task_name=task_name,
         namer=namer,
@@ -144,6 +152,7 @@ def parse(task_name: str, run: Callable[..., Any], raw: Any) -> LockOptions:
         ttl=ttl,
         timeout=timeout,
         watchdog=watchdog,
+        queued_ttl=queued_ttl,
         lock_kwargs=lock_kwargs,
     )
 

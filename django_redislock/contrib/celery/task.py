@@ -8,10 +8,13 @@ from contextvars import ContextVar
 from typing import Any, ClassVar
 
 from celery import Task
+from celery.signals import task_revoked
+from kombu.utils.uuid import uuid
 
 from ...exceptions import LockNotAcquired
 from ...factory import make_lock
 from ...lock import BaseLock
+from . import queued
 from .options import LockOptions, parse
 
 logger = logging.getLogger("django_redislock.celery")
@@ -86,10 +89,54 @@ class LockedTask(Task):
             lock.name,
         )
 
+    def apply_async(
+        self,
+        args: Any = None,
+        kwargs: Any = None,
+        task_id: str | None = None,
+        producer: Any = None,
+        link: Any = None,
+        link_error: Any = None,
+        shadow: Any = None,
+        **send_options: Any,
+    ) -> Any:
+        """Send the task; in the queued scope, only if none is queued or running for its key.
+
+        A duplicate returns the ``AsyncResult`` of the one already queued (same id), or
+        raises ``LockNotAcquired`` with ``on_busy="error"``.
+        """
+        options = self.lock_options
+        is_retry = task_id is not None and task_id == self.request.id
+        passed = {"producer": producer, "link": link, "link_error": link_error, "shadow": shadow}
+        if options.scope != "queued" or is_retry:
+            return super().apply_async(args, kwargs, task_id, **passed, **send_options)
+        name = options.lock_name(tuple(args or ()), dict(kwargs or {}))
+        task_id = task_id or uuid()
+        marker, existing = queued.take_marker(self.name, name, task_id, options)
+        if marker is None:
+            logger.info("Task %s is already queued for %r as %s", self.name, name, existing)
+            return self.AsyncResult(existing)
+        headers = {**(send_options.pop("headers", None) or {}), queued.TOKEN_HEADER: marker.token}
+        try:
+            return super().apply_async(
+                args, kwargs, task_id, **passed, headers=headers, **send_options
+            )
+        except BaseException:
+            queued.drop_marker(marker)
+            raise
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         options = self.lock_options
-        lock = make_lock(
-            options.lock_name(args, kwargs),
+        name = options.lock_name(args, kwargs)
+        if options.scope == "queued":
+            token = queued.token_of(self.request)
+            lock = self._new_lock(queued.running_name(name), options)
+            return self._run_holding(lock, options, args, kwargs, (name, token))
+        return self._run_holding(self._new_lock(name, options), options, args, kwargs)
+
+    def _new_lock(self, name: str, options: LockOptions) -> BaseLock:
+        return make_lock(
+            name,
             **{
                 "purpose": f"celery task {self.name}",
                 **options.lock_kwargs,
@@ -98,24 +145,42 @@ class LockedTask(Task):
                 "on_lost": self.on_lock_lost,
             },
         )
+
+    def _run_holding(
+        self,
+        lock: BaseLock,
+        options: LockOptions,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        queued_marker: tuple[str, str | None] | None = None,
+    ) -> Any:
         wait = options.timeout if options.on_busy == "wait" else 0
         if not lock.acquire(timeout=wait):
             return self._busy(lock, options)
+        marker = None
+        if queued_marker is not None:
+            marker = queued.adopt_marker(
+                *queued_marker, options, ttl=options.ttl, watchdog=options.watchdog
+            )
         context = _held.set((*_held.get(), (self.name, lock)))
         try:
             result = super().__call__(*args, **kwargs)
         except BaseException as exc:
             _held.reset(context)
+            if marker is not None:
+                queued.drop_marker(marker)
             lock.__exit__(type(exc), exc, exc.__traceback__)
             raise
         _held.reset(context)
+        if marker is not None:
+            queued.drop_marker(marker)
         lock.__exit__(None, None, None)  # releases; raises LockLost if it was lost
         return result
 
     def _busy(self, lock: BaseLock, options: LockOptions) -> Any:
         left = lock.last_holder_ttl
         held = "" if left is None else f" (the holder's lock expires in {left:.3f}s)"
-        if options.on_busy == "skip":
+        if options.on_busy == "skip" or options.scope == "queued":
             logger.warning(
                 "Skipped task %s[%s]: lock %r is held by another run%s",
                 self.name,
@@ -135,6 +200,17 @@ class LockedTask(Task):
             countdown = max(left if left is not None else lock.ttl, 0.05)
             raise self.retry(countdown=countdown * random.uniform(1.0, 1.2), exc=error)
         raise error
+
+
+@task_revoked.connect
+def _release_revoked(sender: Any = None, request: Any = None, **_: Any) -> None:
+    """A queued task revoked before it ran: free its marker (in the worker that drops it)."""
+    token = queued.token_of(request)
+    if not isinstance(sender, LockedTask) or not token:
+        return
+    options = sender.lock_options
+    name = options.lock_name(tuple(request.args or ()), dict(request.kwargs or {}))
+    queued.release_revoked(name, token, options)
 
 
 __all__ = ["SKIPPED", "LockedTask", "is_skipped"]
