@@ -25,7 +25,12 @@ from tests.support.fencing_workers import create_database, read_row
 from tests.support.polling import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
-POOLS = (["-P", "solo"], ["-P", "threads", "-c", "2"], ["-P", "prefork", "-c", "2"])
+#: The third worker alone also consumes the queue ``prefork``: hard time limits need it.
+POOLS = (
+    ["-P", "solo"],
+    ["-P", "threads", "-c", "2"],
+    ["-P", "prefork", "-c", "2", "-Q", "celery,prefork"],
+)
 RESULT_TIMEOUT = 60
 
 
@@ -36,7 +41,7 @@ class Workers:
     procs: list[subprocess.Popen[bytes]]
 
 
-def _start_worker(pool: list[str], env: dict[str, str], index: int) -> subprocess.Popen[bytes]:
+def _start_worker(pool: list[str], env: dict[str, str], index: Any) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [
             sys.executable,
@@ -59,18 +64,36 @@ def _start_worker(pool: list[str], env: dict[str, str], index: int) -> subproces
     )
 
 
-@pytest.fixture(scope="module")
-def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
-    server = RedisServer().start()
-    db = tmp_path_factory.mktemp("celery") / "accounts.sqlite3"
-    create_database(str(db))
+def _worker_env(server: RedisServer, db: Path, **extra: str) -> dict[str, str]:
     env = {
         **os.environ,
         "PYTHONPATH": str(REPO),
         celery_app.URL_ENV: server.url,
         celery_app.DB_ENV: str(db),
+        **extra,
     }
     env.pop("DJANGO_SETTINGS_MODULE", None)
+    return env
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
+    server = RedisServer().start()
+    db = tmp_path_factory.mktemp("celery") / "accounts.sqlite3"
+    create_database(str(db))
+    env = _worker_env(server, db)
     celery_app.configure(server.url)
     procs = [_start_worker(pool, env, i) for i, pool in enumerate(POOLS)]
     try:
@@ -78,14 +101,7 @@ def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
         assert wait_until(lambda: len(celery_app.app.control.ping(timeout=0.5)) == len(POOLS), 60)
         yield Workers(server, db, procs)
     finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
+        _stop(procs)
         server.close()
 
 
@@ -118,10 +134,10 @@ def runs(path: Path) -> list[Run]:
     started: dict[str, list[str]] = {}
     done = []
     for event, stamp, pid, task_id, *rest in read_log(path):
-        if event == "start":
-            started[task_id] = [stamp, pid, *rest]
+        if event == "start":  # a redelivered message runs again under the same task id
+            started[pid + task_id] = [stamp, pid, *rest]
         elif event == "end":
-            first, pid0, *detail = started.pop(task_id)
+            first, pid0, *detail = started.pop(pid + task_id)
             done.append(Run(task_id, int(pid0), int(first), int(stamp), " ".join(detail)))
     return sorted(done, key=lambda run: run.start)
 
@@ -362,4 +378,99 @@ def test_importing_django_redislock_does_not_import_celery() -> None:
     assert out.stdout.strip() == "False", out.stderr
 
 
-_ = signal  # used by the worker-death tests
+# -- workers that die, time limits, redelivery ---------------------------------------
+
+
+@pytest.fixture
+def spare_workers(celery: Workers) -> Iterator[Any]:
+    """``start(queue, count, **env)``: more workers (solo pool) on a queue of their own."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(queue: str, count: int = 1, **extra: str) -> list[subprocess.Popen[bytes]]:
+        env = _worker_env(celery.server, celery.db, **extra)
+        procs = [
+            _start_worker(["-P", "solo", "-Q", queue], env, f"{queue}{i}") for i in range(count)
+        ]
+        started.extend(procs)
+        total = len(POOLS) + len(started)
+        assert wait_until(lambda: len(celery_app.app.control.ping(timeout=0.5)) == total, 60)
+        return procs
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+
+
+def _pttl(celery: Workers, name: str) -> int:
+    with celery.server.client() as client:
+        return int(client.pttl(f"redislock:{{{name}}}"))
+
+
+def _free_after_holder_died(celery: Workers, name: str) -> None:
+    """The dead holder's lock is not renewed: at most one TTL left, counting down, then gone
+    (it may be gone already when the test learns of the death)."""
+    ttls = [_pttl(celery, name)]
+    assert wait_until(lambda: ttls.append(_pttl(celery, name)) or ttls[-1] == -2, 10)
+    left = [ttl for ttl in ttls if ttl != -2]
+    assert all(0 < ttl <= 1000 for ttl in left), ttls  # SHORT: ttl=1.0
+    assert left == sorted(left, reverse=True)  # only ever counting down: nobody renewed it
+
+
+def test_a_sigkilled_worker_leaves_the_key_for_one_ttl(
+    celery: Workers, spare_workers: Any, tmp_path: Path
+) -> None:
+    log = tmp_path / "events.log"
+    key, queue = uuid.uuid4().hex[:8], f"doomed-{uuid.uuid4().hex[:6]}"
+    (doomed,) = spare_workers(queue)
+    never = f"never:{uuid.uuid4().hex}"
+    celery_app.hold_task.apply_async((key, str(log), never), queue=queue)
+    assert wait_until(lambda: read_log(log), 30)
+    doomed.send_signal(signal.SIGKILL)  # solo pool: the task dies with the worker
+    doomed.wait(10)
+    _free_after_holder_died(celery, f"hold:{key}")
+    go = f"go:{uuid.uuid4().hex}"
+    _go(go)
+    assert isinstance(celery_app.hold_task.delay(key, str(log), go).get(RESULT_TIMEOUT), int)
+
+
+def test_a_task_past_its_hard_time_limit_leaves_the_key_for_one_ttl(
+    celery: Workers, tmp_path: Path
+) -> None:
+    log = tmp_path / "events.log"
+    key = uuid.uuid4().hex[:8]
+    limited = celery_app.limited_task.apply_async((key, str(log)), queue="prefork")
+    assert wait_until(lambda: read_log(log), 30)
+    with pytest.raises(Exception, match=r"TimeLimitExceeded|Time limit"):
+        limited.get(timeout=RESULT_TIMEOUT)  # the pool killed the process
+    _free_after_holder_died(celery, f"hold:{key}")
+    go = f"go:{uuid.uuid4().hex}"
+    _go(go)
+    assert isinstance(celery_app.hold_task.delay(key, str(log), go).get(RESULT_TIMEOUT), int)
+
+
+@pytest.mark.parametrize("task", ["late_unlocked_task", "late_task"])
+def test_acks_late_redelivery_does_not_run_one_key_twice(
+    celery: Workers, spare_workers: Any, tmp_path: Path, task: str
+) -> None:
+    """The broker hands a message still running (unacked past the visibility timeout) to a
+    second worker: without the lock both run at once, which the checker must see."""
+    log = tmp_path / "events.log"
+    queue = f"late-{uuid.uuid4().hex[:6]}"
+    spare_workers(queue, 2, **{celery_app.VISIBILITY_ENV: "1"})
+    getattr(celery_app, task).apply_async(("k", str(log)), queue=queue)
+
+    def events(kind: str) -> list[list[str]]:
+        return [line for line in read_log(log) if line[0] == kind]
+
+    # delivered twice (to both workers), and every run that started has ended
+    assert wait_until(lambda: len({line[2] for line in events("delivered")}) == 2, 30), read_log(
+        log
+    )
+    assert wait_until(lambda: len(events("end")) == len(events("start")), 30), read_log(log)
+    sections = runs(log)
+    if task == "late_unlocked_task":
+        assert len(sections) == 2 and overlaps(sections)  # the same message ran twice at once
+    else:
+        assert len(sections) == 1  # the second delivery found the key busy and skipped

@@ -43,6 +43,16 @@ def configure(url: str) -> None:
     app.conf.update(broker_url=url, result_backend=url)
 
 
+#: Seconds after which the broker hands an unacknowledged message to another worker (set
+#: only for the workers of the ``acks_late`` test; Celery's default is an hour).
+VISIBILITY_ENV = "REDISLOCK_CELERY_VISIBILITY"
+if os.environ.get(VISIBILITY_ENV):
+    app.conf.broker_transport_options = {
+        "visibility_timeout": float(os.environ[VISIBILITY_ENV]),
+        "unacked_restore_interval": 0.2,
+        "unacked_restore_throttle": 1,
+    }
+
 if URL_ENV in os.environ:  # a worker process
     from tests.support.fencing_workers import setup
 
@@ -178,3 +188,64 @@ def queued_error_task(self: Any, key: str, log: str, go_key: str | None = None) 
 @app.task(bind=True, base=LockedTask, lock={**QUEUED, "queued_ttl": 1.0})
 def short_queued_task(self: Any, key: str) -> str:
     return str(self.request.id)
+
+
+@app.task(
+    bind=True,
+    base=LockedTask,
+    lock={"name": "hold:{key}", "on_busy": "wait", "timeout": 60, **SHORT},
+)
+def hold_task(self: Any, key: str, log: str, go_key: str | None = None) -> int:
+    """Holds ``hold:{key}`` until ``go_key`` exists (without one: not at all)."""
+    log_event(log, "start", self, self.held_lock.fence)
+    _wait_for(go_key)
+    log_event(log, "end", self, self.held_lock.fence)
+    return int(self.held_lock.fence)
+
+
+@app.task(bind=True, base=LockedTask, time_limit=1, lock={"name": "hold:{key}", **SHORT})
+def limited_task(self: Any, key: str, log: str) -> None:
+    """Runs past its hard time limit: the pool kills the process running it."""
+    log_event(log, "start", self, self.held_lock.fence)
+    time.sleep(60)
+
+
+class LogsDeliveries:
+    """Logs ``delivered`` each time a worker starts the task (before any lock)."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        log_event(args[1], "delivered", self)
+        return super().__call__(*args, **kwargs)  # type: ignore[misc]
+
+
+class LateLockedTask(LogsDeliveries, LockedTask):
+    pass
+
+
+class LateTask(LogsDeliveries, app.Task):  # type: ignore[name-defined]
+    pass
+
+
+def _section_until_redelivered(task: Any, log: str) -> None:
+    """Run until a second worker got this same message (then 0.5 s more): the broker's
+    redelivery happens while this run is on, however slow the machine is."""
+    log_event(log, "start", task)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with open(log) as lines:
+            pids = {line.split()[2] for line in lines if line.startswith("delivered ")}
+        if len(pids) >= 2:
+            break
+        time.sleep(0.01)
+    time.sleep(0.5)
+    log_event(log, "end", task)
+
+
+@app.task(bind=True, base=LateLockedTask, acks_late=True, lock={"name": "late:{key}", **SHORT})
+def late_task(self: Any, key: str, log: str) -> None:
+    _section_until_redelivered(self, log)
+
+
+@app.task(bind=True, base=LateTask, acks_late=True)
+def late_unlocked_task(self: Any, key: str, log: str) -> None:
+    _section_until_redelivered(self, log)
