@@ -474,3 +474,53 @@ def test_acks_late_redelivery_does_not_run_one_key_twice(
         assert len(sections) == 2 and overlaps(sections)  # the same message ran twice at once
     else:
         assert len(sections) == 1  # the second delivery found the key busy and skipped
+
+
+# -- one celery beat across hosts: redislock run ---------------------------------------
+
+
+def test_one_celery_beat_at_a_time_under_redislock_run(celery: Workers, tmp_path: Path) -> None:
+    """docs/election.md's recipe with a real beat: the second host is refused while the
+    first runs beat; SIGTERM stops beat before the lock is let go; then the next one runs."""
+    import psutil
+
+    from django_redislock import lock_info
+
+    env = {**_worker_env(celery.server, celery.db), "REDISLOCK_TEST_REDIS_URL": celery.server.url}
+    beat = ["--", sys.executable, "-m", "celery", "-A", "tests.support.celery_app", "beat"]
+    run = [sys.executable, "manage.py", "redislock", "run"]
+
+    def host(name: str) -> subprocess.Popen[str]:
+        schedule = ["-s", str(tmp_path / f"{name}-schedule"), "--pidfile=", "-l", "warning"]
+        with (tmp_path / f"{name}.err").open("w") as err:  # the child keeps its own copy
+            return subprocess.Popen(
+                [*run, "celery-beat", "--ttl", "2", *beat, *schedule],
+                cwd=REPO,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                text=True,
+            )
+
+    def runs_beat(proc: subprocess.Popen[str]) -> bool:
+        children = psutil.Process(proc.pid).children()
+        return any("beat" in child.cmdline() for child in children)
+
+    first = host("first")
+    try:
+        assert wait_until(lambda: runs_beat(first) and lock_info("celery-beat") is not None, 60)
+        second = host("second")
+        # busy: another host runs beat
+        assert second.wait(60) == 75, (tmp_path / "second.err").read_text()
+        first.send_signal(signal.SIGTERM)
+        first.wait(60)
+        assert lock_info("celery-beat") is None  # released once beat had exited
+        third = host("third")
+        assert wait_until(lambda: runs_beat(third), 60)  # the next host takes over
+        third.send_signal(signal.SIGTERM)
+        third.wait(60)
+    finally:
+        for proc in (first, locals().get("third")):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait(10)

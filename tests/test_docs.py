@@ -36,6 +36,7 @@ MY_PAGES = [
     "docs/watchdog-and-fencing.md",
     "docs/testing-your-code.md",
     "docs/election.md",
+    "docs/celery.md",
     "docs/changelog.md",
 ]
 #: Pages other parts of the project write; a link to one that is missing is reported, not
@@ -540,3 +541,63 @@ def test_election_callbacks_example() -> None:
     with pytest.raises(RuntimeError, match="busy-beat: another process leads"):
         lead_until_lost("busy-beat", timeout=0.05)
     holder.release()
+
+
+# -- celery.md ------------------------------------------------------------------------------------
+
+CELERY = "docs/celery.md"
+
+
+def _eager(page: str, name: str) -> dict[str, Any]:
+    """Run a Celery example with its app in eager mode (tasks run in this process, on the
+    test's lock server); tests/test_celery.py runs LockedTask on real workers."""
+    ns = run_example(page, name)
+    ns["app"].conf.task_always_eager = True
+    return ns
+
+
+def test_readme_celery(lock_backend: Any) -> None:
+    rebuild_report = _eager(README, "readme-celery")["rebuild_report"]
+    first = rebuild_report.delay(1).get()
+    assert rebuild_report.delay(1).get() > first
+    with Lock("report:1"):
+        assert rebuild_report.delay(1).get()["redislock"] == "redislock:skipped"
+
+
+def test_celery_report_and_skip_examples(lock_backend: Any) -> None:
+    build_report = _eager(CELERY, "celery-report")["build_report"]
+    report_outcome = run_example(CELERY, "celery-skip-result")["report_outcome"]
+    first = build_report.delay(7).get()
+    assert report_outcome(first) == f"built, fence {first}"
+    assert build_report.delay(7).get() > first  # the fence grows from run to run
+    with Lock("report:7"):  # a run in progress
+        skipped = build_report.delay(7).get()
+    assert report_outcome(skipped) == "already being built (lock report:7)"
+
+
+def test_celery_fenced_example(lock_backend: Any) -> None:
+    from django_redislock.fencing import fenced_set
+
+    store_report = _eager(CELERY, "celery-fenced")["store_report"]
+    assert store_report.delay(1, "v1").get() is True
+    newer = Lock("report:1")
+    assert newer.acquire(timeout=0)
+    fence = newer.fence
+    newer.release()
+    assert fenced_set("report-body:1", "v2", fence)  # a newer holder wrote
+    assert not fenced_set("report-body:1", "stale", fence - 1)  # a run that lost its lock
+
+
+def test_celery_queued_example(lock_backend: Any) -> None:
+    from django_redislock.contrib.celery.queued import take_marker
+
+    ns = _eager(CELERY, "celery-queued")
+    task, request_export = ns["export_account"], ns["request_export"]
+    first, second = request_export(3), request_export(3)
+    assert first != second  # eager: each ran and finished at once, freeing the key
+    marker, existing = take_marker(task.name, "export:3", "queued-id", task.lock_options)
+    assert marker is not None and existing is None  # as if one were waiting in the queue
+    assert request_export(3) == "queued-id"
+    marker.release()
+    with Lock("export:3"), pytest.raises(LockNotAcquired, match="not by a queued task"):
+        request_export(3)

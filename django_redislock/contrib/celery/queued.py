@@ -45,12 +45,22 @@ def _connection_kwargs(options: LockOptions) -> dict[str, Any]:
 
 
 def queued_task_id(name: str, options: LockOptions) -> str | None:
-    """The id of the task holding the queued marker ``name`` (``None`` if free)."""
+    """The id of the task holding the queued marker ``name`` (``None`` if free).
+
+    ``LockNotAcquired`` if ``name`` is held by something that is not a queued task.
+    """
     info = lock_info(name, connection=options.lock_kwargs.get("connection"))
     if info is None:
         return None
     match = _QUEUED_AS.search(info.purpose)
-    return match.group(1) if match else None
+    if match is None:
+        raise LockNotAcquired(
+            f"Cannot queue a task under lock {name!r}: it is held by {info.purpose or 'a lock'} "
+            f"(owner {info.owner}), not by a queued task.",
+            lock_name=name,
+            remaining=info.ttl,
+        )
+    return match.group(1)
 
 
 def take_marker(
