@@ -8,7 +8,8 @@
 2. Migrate the sqlite database (``demo_site/var/demo.sqlite3``).
 3. Create (or reset) the superuser ``admin`` (``DEMO_ADMIN_USER``) with the password in
    ``DEMO_ADMIN_PASSWORD``, or a generated one, printed below.
-4. Start the background workers that hold locks (``manage.py demo_workers``).
+4. Start the background workers that hold locks (``manage.py demo_workers``), the
+   election candidates and a Celery worker (the Celery page).
 5. Serve on http://127.0.0.1:8000/ (``PORT``, ``HOST`` to change) until Ctrl-C.
 """
 
@@ -143,6 +144,10 @@ def main(argv: list[str] | None = None) -> int:
                     [sys.executable, str(MANAGE), "demo_workers", "--slot", str(slot)], env=env
                 )
             )
+        # The Celery page's worker: five slots, so that five enqueues would run at once.
+        celery = [sys.executable, "-m", "celery", "-A", "demo_site.demo.tasks", "worker"]
+        celery += ["--pool", "threads", "-c", "5", "-l", "warning", "--without-gossip"]
+        children.append(subprocess.Popen(celery, env=env, cwd=ROOT))
         address = f"{args.host}:{args.port}"
         server = subprocess.Popen(
             [sys.executable, str(MANAGE), "runserver", address, "--noreload", "--skip-checks"],

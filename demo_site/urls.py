@@ -14,5 +14,7 @@ urlpatterns = [
     path("election/", views.election, name="election"),
     path("election/kill/", views.election_kill, name="election-kill"),
     path("election/join/", views.election_join, name="election-join"),
+    path("celery/", views.celery_page, name="celery"),
+    path("celery/enqueue/", views.celery_enqueue, name="celery-enqueue"),
     path("admin/", admin.site.urls),
 ]

@@ -223,6 +223,7 @@ def test_every_page_renders(demo: Demo) -> None:
         ("/command/", "locked management command"),
         ("/contention/", "Four processes, one lock"),
         ("/election/", "Three candidates, one leader"),
+        ("/celery/", "One report task, enqueued five times, one run"),
         ("/admin/login/", "Log in"),
     ]:
         assert title in browser.get(path), path
@@ -490,3 +491,26 @@ def test_election_page_kill_the_leader_and_another_takes_over(demo: Demo, chromi
     assert f"elected, term {second[1]}" in events
     IMG.mkdir(parents=True, exist_ok=True)
     driver.save_screenshot(str(IMG / "demo-election.png"))
+
+
+def test_celery_page_five_enqueues_one_run(demo: Demo, chromium: Any) -> None:
+    from selenium.common.exceptions import WebDriverException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver = chromium
+
+    def summary() -> str | None:
+        try:  # the page reloads itself while the tasks run
+            return str(driver.find_element(By.ID, "celery-summary").text)
+        except WebDriverException:
+            return None
+
+    driver.get(demo.url + "/celery/")
+    driver.find_element(By.ID, "enqueue").click()
+    found = WebDriverWait(driver, 90).until(lambda d: (s := summary()) and "ran" in s and s)
+    assert found == "1 ran, 4 skipped"
+    rows = driver.find_element(By.ID, "celery-tasks").text
+    assert rows.count("skipped: another run holds the lock") == 4 and "ran (fence" in rows
+    IMG.mkdir(parents=True, exist_ok=True)
+    driver.save_screenshot(str(IMG / "demo-celery.png"))

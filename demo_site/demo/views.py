@@ -259,3 +259,53 @@ def election_join(request: HttpRequest) -> HttpResponse:
         start_new_session=True,
     )
     return redirect("/election/")
+
+
+# -- Celery: the same report task enqueued five times, one run ---------------------------
+
+CELERY_SESSION_KEY = "celery_task_ids"
+
+
+def _task_rows(ids: list[str]) -> list[dict[str, Any]]:
+    from django_redislock.contrib.celery import is_skipped
+
+    from .tasks import app
+
+    rows = []
+    for task_id in ids:
+        result = app.AsyncResult(task_id)
+        row: dict[str, Any] = {"id": task_id, "state": result.state, "outcome": "waiting"}
+        if result.successful():
+            value = result.result
+            if is_skipped(value):
+                row["outcome"] = "skipped: another run holds the lock"
+            else:
+                row["outcome"] = f"ran (fence {value['fence']})"
+        elif result.state == "STARTED":
+            row["outcome"] = "running or checking the lock"
+        elif result.failed():
+            row["outcome"] = f"failed: {result.result!r}"
+        rows.append(row)
+    return rows
+
+
+def celery_page(request: HttpRequest) -> HttpResponse:
+    ids = request.session.get(CELERY_SESSION_KEY, [])
+    rows = _task_rows(ids)
+    ran = sum(row["outcome"].startswith("ran") for row in rows)
+    skipped = sum(row["outcome"].startswith("skipped") for row in rows)
+    done = bool(rows) and ran + skipped == len(rows)
+    return render(
+        request,
+        "demo/celery.html",
+        {"rows": rows, "ran": ran, "skipped": skipped, "done": done, "pending": rows and not done},
+    )
+
+
+@require_POST
+def celery_enqueue(request: HttpRequest) -> HttpResponse:
+    """``build_report.delay("sales")`` five times in a row."""
+    from .tasks import build_report
+
+    request.session[CELERY_SESSION_KEY] = [build_report.delay("sales").id for _ in range(5)]
+    return redirect("/celery/")
