@@ -222,6 +222,15 @@ def test_the_held_lock_is_released_after_success_and_failure(celery: Workers) ->
     assert lock_info(f"skip:{key}") is None
 
 
+def test_a_retry_from_the_body_releases_the_lock_first(celery: Workers) -> None:
+    from django_redislock import lock_info
+
+    key = uuid.uuid4().hex[:8]
+    first, second = celery_app.retry_once_task.delay(key).get(timeout=RESULT_TIMEOUT)
+    assert second > first  # the retried run took the lock again: it had been released
+    assert lock_info(f"again:{key}") is None
+
+
 def test_a_lost_lock_is_noticed_in_the_task(celery: Workers, tmp_path: Path) -> None:
     from django_redislock.connection import lock_client
 

@@ -249,3 +249,18 @@ def late_task(self: Any, key: str, log: str) -> None:
 @app.task(bind=True, base=LateTask, acks_late=True)
 def late_unlocked_task(self: Any, key: str, log: str) -> None:
     _section_until_redelivered(self, log)
+
+
+@app.task(
+    bind=True,
+    base=LockedTask,
+    max_retries=1,
+    # wait: the retry message may reach a worker before this run has let the lock go
+    lock={"name": "again:{key}", "on_busy": "wait", "timeout": 30, **SHORT},
+)
+def retry_once_task(self: Any, key: str, fences: list[int] | None = None) -> list[int]:
+    """Asks for a retry from inside the body once: the lock must be free for the retry."""
+    fences = [*(fences or []), self.held_lock.fence]
+    if len(fences) == 1:
+        raise self.retry(kwargs={"key": key, "fences": fences}, countdown=0)
+    return fences
