@@ -100,11 +100,7 @@ class Election:
                 return  # an earlier term, or already told
             self._told = lock
         logger.warning("Leadership of %r lost (term %s)", self.name, lock.fence)
-        if self.on_lost is not None:
-            try:
-                self.on_lost(self)
-            except Exception:
-                logger.exception("on_lost callback failed for election %r", self.name)
+        self._call_back(self.on_lost, "on_lost")
 
     def _ending(self) -> Lock | None:
         """The term to end, if its lease is still held or was lost; reports a loss first."""
@@ -122,13 +118,18 @@ class Election:
             self._lock = lock
             self._fence = lock.fence
         logger.info("Elected leader of %r (term %s)", self.name, lock.fence)
-        if self.on_elected is not None:
-            try:
-                self.on_elected(self)
-            except Exception:
-                # Same rule as the lock signals: the caller leads and must learn it.
-                logger.exception("on_elected callback failed for election %r", self.name)
+        self._call_back(self.on_elected, "on_elected")
         return True
+
+    def _call_back(self, callback: Callable[[Election], Any] | None, what: str) -> None:
+        """Run a user callback; log its error (same rule as the lock signals: the caller
+        must still learn that it leads, or that it lost)."""
+        if callback is None:
+            return
+        try:
+            callback(self)
+        except Exception:
+            logger.exception("%s callback failed for election %r", what, self.name)
 
     def _check_idle(self) -> None:
         if self.is_leader:

@@ -164,16 +164,15 @@ class LockedTask(Task):
             )
         context = _held.set((*_held.get(), (self.name, lock)))
         try:
-            result = super().__call__(*args, **kwargs)
+            try:
+                result = super().__call__(*args, **kwargs)
+            finally:
+                _held.reset(context)
+                if marker is not None:
+                    queued.drop_marker(marker)
         except BaseException as exc:
-            _held.reset(context)
-            if marker is not None:
-                queued.drop_marker(marker)
             lock.__exit__(type(exc), exc, exc.__traceback__)
             raise
-        _held.reset(context)
-        if marker is not None:
-            queued.drop_marker(marker)
         lock.__exit__(None, None, None)  # releases; raises LockLost if it was lost
         return result
 
