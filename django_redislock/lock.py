@@ -17,7 +17,7 @@ import secrets
 import time
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any
+from typing import Any, NamedTuple
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ReadOnlyError, RedisError
@@ -63,8 +63,24 @@ MAX_SUBSCRIBED_WAIT = 2.0
 #: claim holds others back at most this long.
 CLAIM_MS = int((MAX_SUBSCRIBED_WAIT + 0.5) * 1000)
 
+#: How far this host's clock and the server's may run apart per second of waiting
+#: (1000 ppm, twice the most NTP slews a clock): a hand-off's start is moved back by it.
+CLOCK_RATE_ERROR = 0.001
+
 # Strong references to clean-up tasks started when an async call is cancelled.
 _background_tasks: set[asyncio.Task[Any]] = set()
+
+
+class Attempt(NamedTuple):
+    """What one acquire attempt got back from Redis."""
+
+    #: True when the lock is ours now.
+    granted: bool
+    #: The fence when granted; else ms the caller may sleep before trying again.
+    value: int
+    #: The server's clock (ms) when it refused us, if the script sent it: the
+    #: reference a later hand-off message is measured against.
+    server_ms: int | None = None
 
 
 def new_token() -> str:
@@ -154,8 +170,8 @@ class BaseLock:
         return dt.datetime.fromtimestamp(self._acquired_wall, dt.timezone.utc)
 
     # -- hooks for subclasses ---------------------------------------------
-    def _do_acquire(self, token: str) -> tuple[bool, int]:
-        """Try once: (True, fence) or (False, holder's pttl in ms)."""
+    def _do_acquire(self, token: str) -> Attempt:
+        """Try once: granted with the fence, or refused with the holder's pttl in ms."""
         raise NotImplementedError
 
     def _do_release(self, token: str) -> bool:
@@ -168,7 +184,7 @@ class BaseLock:
         """Best-effort compare-and-delete after an acquire whose outcome is unknown."""
         raise NotImplementedError
 
-    async def _ado_acquire(self, token: str) -> tuple[bool, int]:
+    async def _ado_acquire(self, token: str) -> Attempt:
         raise NotImplementedError
 
     async def _ado_release(self, token: str) -> bool:
@@ -286,7 +302,7 @@ class BaseLock:
                 attempts.before_attempt()
                 started = clock()
                 try:
-                    ok, value = self._do_acquire(token)
+                    attempt = self._do_acquire(token)
                 except UNREACHABLE as exc:
                     self._cleanup_quietly(token)
                     if self._waited_ms:
@@ -294,9 +310,9 @@ class BaseLock:
                     raise self._backend_error(exc) from exc
                 except RedisError as exc:
                     raise self._backend_error(exc) from exc
-                if ok:
-                    return attempts.won(value, started)
-                pause = attempts.next_pause(value)
+                if attempt.granted:
+                    return attempts.won(attempt.value, started)
+                pause = attempts.next_pause(attempt, started)
                 if pause is None:
                     if self._waited_ms:
                         self._unclaim_quietly(token)
@@ -305,10 +321,9 @@ class BaseLock:
                     time.sleep(pause)
                     continue
                 attempts.waiter.wait(pause)
-                if attempts.waiter.granted is not None:
-                    # A release handed the lock to us; it was set after our
-                    # last attempt was sent, so ``started`` is a safe start.
-                    return attempts.won(attempts.waiter.granted, started)
+                handed = attempts.live_hand_off()
+                if handed is not None:
+                    return attempts.won(*handed)
         finally:
             attempts.close()
 
@@ -475,7 +490,7 @@ class BaseLock:
                 started = clock()
                 cancels = _cancel_count()
                 try:
-                    ok, value = await self._ado_acquire(token)
+                    attempt = await self._ado_acquire(token)
                     if _cancel_count() > cancels:
                         # redis-py can swallow a cancel that arrives mid-command.
                         raise asyncio.CancelledError
@@ -493,9 +508,9 @@ class BaseLock:
                     raise self._backend_error(exc) from exc
                 except RedisError as exc:
                     raise self._backend_error(exc) from exc
-                if ok:
-                    return attempts.won(value, started)
-                pause = attempts.next_pause(value)
+                if attempt.granted:
+                    return attempts.won(attempt.value, started)
+                pause = attempts.next_pause(attempt, started)
                 if pause is None:
                     if self._waited_ms:
                         await self._aunclaim_quietly(token)
@@ -511,8 +526,9 @@ class BaseLock:
                         # the lock to a waiter that is gone.
                         await _finish_shielded(self._ado_unclaim(token))
                     raise
-                if attempts.waiter is not None and attempts.waiter.granted is not None:
-                    return attempts.won(attempts.waiter.granted, started)
+                handed = attempts.live_hand_off()
+                if handed is not None:
+                    return attempts.won(*handed)
         finally:
             attempts.close()
 
@@ -589,7 +605,18 @@ class _Attempts:
     the waiter and how long to sleep between attempts. Shared by both twins,
     which differ only in how they call Redis and how they sleep."""
 
-    __slots__ = ("alias", "deadline", "delays", "first", "lock", "loop", "token", "waiter")
+    __slots__ = (
+        "alias",
+        "deadline",
+        "delays",
+        "first",
+        "lock",
+        "loop",
+        "refused_ms",
+        "refused_sent",
+        "token",
+        "waiter",
+    )
 
     def __init__(self, lock: BaseLock, wait_for: float | None, loop: Any = None) -> None:
         self.lock = lock
@@ -608,6 +635,9 @@ class _Attempts:
             )
         )
         lock._waited_ms = 0
+        # The last refused attempt: clock() before it was sent, the server's clock (ms).
+        self.refused_sent = self.first
+        self.refused_ms: int | None = None
 
     def before_attempt(self) -> None:
         if self.waiter is not None:
@@ -619,7 +649,38 @@ class _Attempts:
         self.lock._took(self.token, fence, started, in_loop=self.loop is not None)
         return True
 
-    def next_pause(self, pttl_ms: int) -> float | None:
+    def live_hand_off(self) -> tuple[int, float] | None:
+        """(fence, clock() when it was handed over) of a release's hand-off to us.
+
+        ``None`` when none came, and when it cannot be shown to be live: the waiter
+        may have been paused past the handed key's TTL, and someone else may hold
+        the lock now. The server's clock in the message, against the one of our
+        last refused attempt (sent at ``refused_sent``), gives a start no later
+        than the real one; without them the next attempt tells (the acquire
+        script grants a key that already holds our token).
+        """
+        waiter = self.waiter
+        grant = None if waiter is None else waiter.granted
+        if grant is None:
+            return None
+        waiter.granted = None  # type: ignore[union-attr]
+        if grant.handed_at_ms is None or self.refused_ms is None:
+            return None
+        now = clock()
+        # -1 ms: both readings are truncated to the ms. Minus the clocks' rate error.
+        handed = self.refused_sent + (grant.handed_at_ms - self.refused_ms - 1) / 1000
+        handed -= (now - self.refused_sent) * CLOCK_RATE_ERROR
+        lock = self.lock
+        if now >= handed + lock._validity(handed):
+            acquire_logger.info(
+                "A hand-off of %r came too late to use (%.3fs after it was made); waiting on",
+                lock.name,
+                now - handed,
+            )
+            return None
+        return grant.fence, handed
+
+    def next_pause(self, attempt: Attempt, started: float) -> float | None:
         """After a refused attempt: seconds to sleep, or None when the timeout ran out.
 
         The wait is "confirming" right after subscribing (the confirmation wakes
@@ -627,6 +688,8 @@ class _Attempts:
         runs past the holder's expiry or our deadline.
         """
         lock = self.lock
+        pttl_ms = attempt.value
+        self.refused_sent, self.refused_ms = started, attempt.server_ms
         lock.last_holder_ttl = pttl_ms / 1000 if pttl_ms > 0 else None
         now = clock()
         if self.deadline is not None and now >= self.deadline:
@@ -747,12 +810,11 @@ class Lock(BaseLock):
     def _client(self) -> Any:
         return lock_client(self.connection)
 
-    def _do_acquire(self, token: str) -> tuple[bool, int]:
+    def _do_acquire(self, token: str) -> Attempt:
         keys, args = self._acquire_args(token)
         if self.wait_replicas:
             return self._acquire_replicated(token, keys, args)
-        ok, value = ACQUIRE(self._client(), keys, args)
-        return ok == 1, int(value)
+        return parse_acquire(ACQUIRE(self._client(), keys, args))
 
     def _release_keys(self) -> list[str]:
         keys = self.keys
@@ -815,12 +877,13 @@ class Lock(BaseLock):
 
         return release
 
-    async def _ado_acquire(self, token: str) -> tuple[bool, int]:
+    async def _ado_acquire(self, token: str) -> Attempt:
         keys, args = self._acquire_args(token)
         if self.wait_replicas:
             return await self._aacquire_replicated(token, keys, args)
-        ok, value = await ACQUIRE.acall(await async_lock_client(self.connection), keys, args)
-        return ok == 1, int(value)
+        return parse_acquire(
+            await ACQUIRE.acall(await async_lock_client(self.connection), keys, args)
+        )
 
     async def _ado_release(self, token: str) -> bool:
         client = await async_lock_client(self.connection)
@@ -886,32 +949,28 @@ class Lock(BaseLock):
     def _wait_ms(self) -> int:
         return replication.wait_timeout_ms(self.wait_timeout, self.ttl)
 
-    def _acquire_replicated(self, token: str, keys: list[str], args: list[Any]) -> tuple[bool, int]:
+    def _acquire_replicated(self, token: str, keys: list[str], args: list[Any]) -> Attempt:
         ms = self._wait_ms()
-        (ok, value), acked = replication.call_and_wait(
+        reply, acked = replication.call_and_wait(
             self._client(), ACQUIRE, keys, args, self.wait_replicas, ms
         )
-        if ok != 1:
-            return False, int(value)
-        if acked < self.wait_replicas:
+        attempt = parse_acquire(reply)
+        if attempt.granted and acked < self.wait_replicas:
             self._cleanup_quietly(token)
             raise replication.not_acked(self.name, acked, self.wait_replicas, ms)
-        return True, int(value)
+        return attempt
 
-    async def _aacquire_replicated(
-        self, token: str, keys: list[str], args: list[Any]
-    ) -> tuple[bool, int]:
+    async def _aacquire_replicated(self, token: str, keys: list[str], args: list[Any]) -> Attempt:
         ms = self._wait_ms()
         client = await async_lock_client(self.connection)
-        (ok, value), acked = await replication.acall_and_wait(
+        reply, acked = await replication.acall_and_wait(
             self.connection, client, ACQUIRE, keys, args, self.wait_replicas, ms
         )
-        if ok != 1:
-            return False, int(value)
-        if acked < self.wait_replicas:
+        attempt = parse_acquire(reply)
+        if attempt.granted and acked < self.wait_replicas:
             await self._acleanup_quietly(token)
             raise replication.not_acked(self.name, acked, self.wait_replicas, ms)
-        return True, int(value)
+        return attempt
 
     def _extend_replicated(self, token: str, keys: list[str], ttl_ms: int) -> bool:
         ms = self._wait_ms()
@@ -946,6 +1005,12 @@ class Lock(BaseLock):
             except Exception as exc:
                 outcomes.append(exc)
         return outcomes
+
+
+def parse_acquire(reply: Any) -> Attempt:
+    """The acquire script's reply: ``{1, fence}`` or ``{0, ms, server_ms}``."""
+    server_ms = int(reply[2]) if len(reply) > 2 else None
+    return Attempt(int(reply[0]) == 1, int(reply[1]), server_ms)
 
 
 def _pttl_seconds(pttl: int) -> float | None:
@@ -990,4 +1055,4 @@ def _background_done(task: asyncio.Task[Any]) -> None:
         release_logger.debug("background lock call failed: %r", task.exception())
 
 
-__all__ = ["BaseLock", "Lock", "clock"]
+__all__ = ["Attempt", "BaseLock", "Lock", "clock", "parse_acquire"]

@@ -50,7 +50,7 @@ from .connection import async_lock_client, park_inherited
 from .exceptions import LockBackendUnavailable, LockConfigurationError, RedisLockError
 from .holder import holder_fields
 from .keys import LockKeys, ttl_milliseconds, validate_seconds
-from .lock import UNREACHABLE, BaseLock, new_token
+from .lock import UNREACHABLE, Attempt, BaseLock, new_token
 from .scripts import ACQUIRE, EXTEND, FENCE_RAISE, RELEASE
 
 logger = logging.getLogger("django_redislock.redlock")
@@ -379,7 +379,7 @@ class Redlock(BaseLock):
         args += [0, 0]  # ms waited, claim TTL: unused without a claim key
         return token, args, jitter
 
-    def _do_acquire(self, token: str) -> tuple[bool, int]:
+    def _do_acquire(self, token: str) -> Attempt:
         attempt, args, jitter = self._acquire_call(token)
         future = _background().submit(self._try_acquire(token, attempt, args, jitter))
         try:
@@ -396,13 +396,13 @@ class Redlock(BaseLock):
 
         return callback
 
-    async def _ado_acquire(self, token: str) -> tuple[bool, int]:
+    async def _ado_acquire(self, token: str) -> Attempt:
         attempt, args, jitter = self._acquire_call(token)
         return await self._try_acquire(token, attempt, args, jitter)
 
     async def _try_acquire(
         self, base_token: str, token: str, args: list[Any], jitter: float
-    ) -> tuple[bool, int]:
+    ) -> Attempt:
         if jitter > 0:
             await asyncio.sleep(jitter)
         quorum, total = self.quorum, len(self.connections)
@@ -425,7 +425,7 @@ class Redlock(BaseLock):
                 fence = max(grants.values())
                 written = await self._write_back(token, fence, grants)
             if written and clock.now() - started < self.ttl - self.drift:
-                return True, fence
+                return Attempt(True, fence)
             acquire_logger.debug(
                 "Redlock %r: majority granted but %s", self.name,
                 "the fence write-back failed" if not written else "no validity left",
@@ -462,13 +462,13 @@ class Redlock(BaseLock):
             int(r[1]) for r in final.values() if not _failed(r) and not _granted(r) and r[1] > 0
         )
         if len(held) >= quorum:
-            return False, held[0]  # a holder has a majority: wait for it
+            return Attempt(False, held[0])  # a holder has a majority: wait for it
         # A split vote (or no validity left): retry soon, after a random delay so that
         # competing clients do not collide again.
         elapsed = clock.now() - started
         spread = min(max(3 * elapsed, 0.001), self.ttl / 10)
         self._attempt = (base_token, token, random.uniform(0, spread))
-        return False, max(1, round(spread * 1000))
+        return Attempt(False, max(1, round(spread * 1000)))
 
     async def _write_back(self, token: str, fence: int, grants: dict[str, int]) -> bool:
         """Make counter >= fence hold on a majority of nodes where our token holds."""

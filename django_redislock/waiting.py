@@ -71,8 +71,8 @@ class Waiter:
         self.channel = channel
         #: The acquirer's token: a release that hands the lock over names it.
         self.token = token.encode()
-        #: The fence, once a release handed the lock straight to this waiter.
-        self.granted: int | None = None
+        #: The message of a release that handed the lock straight to this waiter.
+        self.granted: Wakeup | None = None
         self._loop = loop
         self._event = threading.Event() if loop is None else None
         # Async waiters: a flag and a future, touched only in the loop's thread.
@@ -344,7 +344,7 @@ class _AliasListener:
                     # lock now; nobody else need wake.
                     waiters = [w for w in local if w.token == wakeup.heir][:1]
                     for waiter in waiters:
-                        waiter.granted = wakeup.fence
+                        waiter.granted = wakeup
                 elif wakeup.everyone:
                     # Freed outside the turn order (force-release, a leaving
                     # heir): everyone retries, so a waiting claimant is not missed.

@@ -16,8 +16,9 @@ FREE = "1"
 #: Freed outside the turn order (force-release, a leaving heir): every waiter tries again,
 #: so a claimant queued behind others in its process is not missed.
 FREED_OUT_OF_TURN = "F"
-#: Prefix of ``"G:<token>:<fence>"``: handed straight to the waiter holding ``token``,
-#: which now holds the lock with that fence (0 without fencing).
+#: Prefix of ``"G:<token>:<fence>:<ms>"``: handed straight to the waiter holding ``token``,
+#: which holds the lock with that fence (0 without fencing) from the server's clock
+#: reading ``ms`` (milliseconds) on, for its TTL.
 HANDED_TO = "G:"
 
 #: The Lua local names the scripts use, and their values.
@@ -37,6 +38,9 @@ class Wakeup(NamedTuple):
     everyone: bool  # True: every local waiter; False: the longest-waiting one (or the heir)
     heir: bytes | None = None  # the token the lock was handed to, if any
     fence: int = 0  # the heir's fence
+    #: The server's clock (ms) when it handed the lock over; None from an older release
+    #: script that did not send it (the heir then confirms the hand-off with an attempt).
+    handed_at_ms: int | None = None
 
 
 def lua_prelude(source: str) -> str:
@@ -51,6 +55,8 @@ def lua_prelude(source: str) -> str:
 def decode(data: bytes) -> Wakeup:
     """Decode one message; anything unknown wakes the longest waiter (it retries safely)."""
     if data.startswith(_HANDED_TO):
-        _, heir, fence = data.split(b":", 2)
-        return Wakeup(everyone=False, heir=heir, fence=int(fence))
+        _, heir, fence, *at = data.split(b":", 3)
+        return Wakeup(
+            everyone=False, heir=heir, fence=int(fence), handed_at_ms=int(at[0]) if at else None
+        )
     return Wakeup(everyone=data == _FREED_OUT_OF_TURN)

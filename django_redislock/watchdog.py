@@ -120,7 +120,10 @@ class _Schedule:
         token = lock.token
         assert token is not None
         # ``due`` is the latest sensible renewal time; ``due - slack`` the earliest.
-        self.entries[id(lock)] = _Entry(lock, token, clock.now() + lock.ttl * RENEW_FRACTION)
+        # Counted from when the lock was granted (a hand-off may predate this call).
+        since = lock.acquired_monotonic
+        start = clock.now() if since is None else since
+        self.entries[id(lock)] = _Entry(lock, token, start + lock.ttl * RENEW_FRACTION)
 
     def discard(self, lock: Renewable) -> None:
         entry = self.entries.get(id(lock))

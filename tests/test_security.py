@@ -31,6 +31,7 @@ from django_redislock.testing import available_servers
 CORE_COMMANDS = [
     "evalsha", "eval",  # the scripts (EVAL is the NOSCRIPT fallback)
     "get", "set", "incr", "del", "hset", "hget", "pexpire", "pttl", "publish",  # in scripts
+    "time",  # in scripts, optional: a hand-off's heir then confirms it with an attempt
     "exists",  # locked()
     "subscribe", "unsubscribe",  # the shared release subscriber
 ]  # fmt: skip
@@ -192,6 +193,31 @@ def test_the_lock_works_with_exactly_the_minimal_acl(settings, make_server, serv
         denied.get("sessions:abc")
     with pytest.raises(Exception, match=r"(?i)permission|noperm"):
         denied.flushall()
+
+
+def test_without_time_a_hand_off_is_confirmed_by_an_attempt(settings, make_server):
+    server = make_server()
+    url = _acl_user(server, [c for c in CORE_COMMANDS if c != "time"])
+    settings.CACHES = {
+        **settings.CACHES,
+        "acl": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": url},
+    }
+    holder = Lock("acl-no-time", connection="acl", ttl=5)
+    assert holder.acquire()
+    waiter = Lock("acl-no-time", connection="acl", ttl=5)
+    got = []
+    thread = threading.Thread(target=lambda: got.append(waiter.acquire(timeout=10)))
+    thread.start()
+    raw = server.client()
+    for _ in range(1000):  # the waiter holds the claim on the next turn
+        if raw.exists(holder.keys.claim):
+            break
+        threading.Event().wait(0.005)
+    holder.release()  # handed over with no server time in the message
+    thread.join(10)
+    assert got == [True]
+    assert waiter.owned() and not waiter.lost
+    waiter.release()
 
 
 @pytest.mark.parametrize("missing", ["evalsha", "publish", "pexpire", "incr"])

@@ -15,6 +15,10 @@ ALL_SCRIPTS = [v for v in vars(scripts).values() if isinstance(v, scripts.Script
 def test_decode_each_message():
     assert decode(wakeups.FREE.encode()) == Wakeup(everyone=False)
     assert decode(wakeups.FREED_OUT_OF_TURN.encode()) == Wakeup(everyone=True)
+    assert decode(b"G:tok-1:42:1796378403415") == Wakeup(
+        everyone=False, heir=b"tok-1", fence=42, handed_at_ms=1796378403415
+    )
+    # An older release script sent no time: the heir confirms with an attempt of its own.
     assert decode(b"G:tok-1:42") == Wakeup(everyone=False, heir=b"tok-1", fence=42)
 
 
@@ -48,4 +52,20 @@ def test_scripts_publish_what_the_listener_decodes(lock_backend):
     assert lock.acquire(blocking=False)
     assert force_release("wake-consts")
     assert decode(next_data()) == Wakeup(everyone=True)
+    # A hand-off names the heir, its fence and the server's clock when it was made.
+    lock = Lock("wake-consts", ttl=5)
+    assert lock.acquire(blocking=False)
+    client = lock_backend.client()
+    client.set(lock.keys.claim, "heir-token:1:5000:1:someone", px=2500)
+    before = _server_ms(client)
+    lock.release()
+    handed = decode(next_data())
+    after = _server_ms(client)
+    assert handed.heir == b"heir-token" and handed.fence == lock.fence + 1
+    assert handed.handed_at_ms is not None and before <= handed.handed_at_ms <= after
     pubsub.close()
+
+
+def _server_ms(client) -> int:
+    seconds, micros = client.time()
+    return seconds * 1000 + micros // 1000

@@ -9,9 +9,12 @@
 -- ARGV[1] token, ARGV[2] TTL in ms, ARGV[3] '1' to bump the fence, '0' not to,
 -- ARGV[4] holder description, ARGV[5] ms this caller has waited so far,
 -- ARGV[6] claim TTL in ms
--- Returns {1, fence} when acquired (fence 0 without fencing), or {0, ms} with
--- how long the caller may sleep before the next attempt: the holder's
--- remaining TTL, or the remaining life of a longer waiter's claim.
+-- Returns {1, fence} when acquired (fence 0 without fencing), or {0, ms, now_ms}
+-- with how long the caller may sleep before the next attempt (the holder's
+-- remaining TTL, or the remaining life of a longer waiter's claim) and the
+-- server's clock (TIME, in ms; left out where the ACL refuses TIME): a waiter
+-- compares it with the time a release handed the lock to it (release.lua), to
+-- tell a live hand-off from a stale one.
 local current = redis.call('GET', KEYS[1])
 if current == ARGV[1] then
   -- Our own token is already there: a retried call whose first reply was lost.
@@ -35,10 +38,13 @@ if current or (claimant and claimant ~= ARGV[1] and claimed > waited) then
     redis.call('SET', KEYS[4], ARGV[1] .. ':' .. waited .. ':' .. ARGV[2] .. ':' .. ARGV[3]
       .. ':' .. ARGV[4], 'PX', ARGV[6])
   end
-  if current then
-    return {0, redis.call('PTTL', KEYS[1])}
+  local wait = redis.call('PTTL', current and KEYS[1] or KEYS[4])
+  -- pcall: an ACL without TIME only costs the heir of a hand-off a confirming attempt.
+  local now = redis.pcall('TIME')
+  if now.err then
+    return {0, wait}
   end
-  return {0, redis.call('PTTL', KEYS[4])}
+  return {0, wait, tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)}
 end
 if claimant == ARGV[1] then
   redis.call('DEL', KEYS[4])

@@ -6,8 +6,11 @@
 -- KEYS[3] optional claim ("token:waited:ttl_ms:fencing:holder"), KEYS[4] fence counter
 -- ARGV[1] token, ARGV[2] release channel
 -- Publishes WAKE_FREE (free: the longest waiter tries again) or
--- WAKE_HANDED_TO .. '<token>:<fence>' (handed to that waiter). The WAKE_* names are
--- defined from django_redislock/wakeups.py when the script is loaded.
+-- WAKE_HANDED_TO .. '<token>:<fence>:<ms>' (handed to that waiter at the server's
+-- clock <ms>, TIME in ms: the handed key expires at <ms> + its TTL, which the waiter
+-- checks against the clock reading of its last refused attempt, see acquire.lua;
+-- ':<ms>' is left out where the ACL refuses TIME).
+-- The WAKE_* names are defined from django_redislock/wakeups.py when the script is loaded.
 -- Returns 1 when released, 0 when the lock is not ours (expired or re-taken).
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
@@ -25,7 +28,12 @@ if claim then
     redis.call('HSET', KEYS[2], 'fence', fence, 'holder', holder)
     redis.call('PEXPIRE', KEYS[2], ttl)
     redis.call('SET', KEYS[1], heir, 'PX', ttl)
-    redis.call('PUBLISH', ARGV[2], WAKE_HANDED_TO .. heir .. ':' .. fence)
+    local at = ''
+    local now = redis.pcall('TIME')  -- without it (ACL) the heir confirms with an attempt
+    if not now.err then
+      at = ':' .. now[1] .. string.format('%03d', math.floor(now[2] / 1000))
+    end
+    redis.call('PUBLISH', ARGV[2], WAKE_HANDED_TO .. heir .. ':' .. fence .. at)
     return 1
   end
 end
