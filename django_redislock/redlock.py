@@ -269,11 +269,14 @@ async def _release_on(
     inflight: dict[str, asyncio.Future[Any]] | None,
     quorum: int,
 ) -> tuple[int, dict[str, Any]]:
-    """Compare-and-delete ``token`` on every node; (released count, results)."""
-    fails_allowed = len(aliases) - quorum
+    """Compare-and-delete ``token`` on every node; (released count, results).
+
+    Gathers until a majority released, a majority said "not ours", or every node
+    answered or timed out: a release is judged on what each node said.
+    """
 
     def enough(results: dict[str, Any]) -> bool:
-        return _count(results, 1) >= quorum or _count(results, 0) > fails_allowed
+        return _count(results, 1) >= quorum or _count(results, 0) >= quorum
 
     op = _script_op(RELEASE, [keys.key, keys.meta], [token, keys.channel])
     results, _ = await _scatter(aliases, op, deadlines, inflight, enough)
@@ -335,6 +338,8 @@ class Redlock(BaseLock):
         self._inflight: dict[str, asyncio.Future[Any]] = {}
         # (base token of the acquire call, token of its current attempt, jitter before retry)
         self._attempt: tuple[str, str, float] | None = None
+        # Whether the lock being released was still valid when its release began.
+        self._releasing_valid = False
 
     # -- validity -------------------------------------------------------------------
     def _validity(self, started: float) -> float:
@@ -523,14 +528,38 @@ class Redlock(BaseLock):
         await self._cleanup(self._attempt_token(token))
 
     # -- hooks: release and extend -----------------------------------------------------
+    def _forget(self) -> None:
+        # Read before the state goes: a release within validity is judged by _release.
+        self._releasing_valid = self.token is not None and not self.lost
+        super()._forget()
+
     async def _release(self, token: str) -> bool:
+        """True when released: on a majority, or, within validity, unless a majority
+        of the nodes says another holder (or nobody) has the key.
+
+        Within validity the lock was ours on a majority; a node that did not answer
+        keeps our key until its TTL, and one that reports "not ours" never had it (or
+        lost it alone): neither makes the holder a non-owner. Past validity a
+        majority has to confirm the release.
+        """
+        valid, self._releasing_valid = self._releasing_valid, False
         released, results = await _release_on(
             self.connections, self.keys, token, self._deadlines, self._inflight, self.quorum
         )
         if released >= self.quorum:
             return True
         self._raise_if_too_few(results, "release")
-        return False
+        if not valid or _count(results, 0) >= self.quorum:
+            return False
+        silent = [a for a in self.connections if a not in results or _failed(results[a])]
+        refused = [a for a in self.connections if a in results and results[a] == 0]
+        logger.warning(
+            "Redlock %r released on %d of %d nodes within its validity; not ours on %s; "
+            "no answer from %s, where our key stays until its TTL (%.3fs at most)",
+            self.name, released, len(self.connections), refused or "none",
+            [f"{a} ({_describe(results.get(a))})" for a in silent] or "none", self.ttl,
+        )  # fmt: skip
+        return True
 
     async def _extend(self, token: str, ttl_ms: int) -> bool:
         quorum, total = self.quorum, len(self.connections)

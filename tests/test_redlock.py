@@ -162,6 +162,56 @@ def test_extend_needs_a_majority_and_recomputes_validity(cluster):
     assert not lock.owned()
 
 
+# -- release with one node another's and one silent (issue 31, defect 2) ---------------
+def _split_hold(cluster: Any, name: str) -> tuple[Cluster, Redlock]:
+    """Held on nodes 0 and 2; node 1 has another's value under the key; node 2 is held."""
+    c = cluster(3, proxied=(2,))
+    c.clients[1].set(key(name), "someone-else", px=30_000)
+    lock = Redlock(name, ttl=5, node_timeout=0.2)
+    assert lock.acquire(timeout=0)
+    assert settled(lock)
+    assert c.values(name) == [lock.token.encode(), b"someone-else", lock.token.encode()]
+    c.proxies[2].hold()  # no answers from node 2 from now on
+    return c, lock
+
+
+def test_release_within_validity_does_not_blame_a_valid_holder(cluster, caplog):
+    c, lock = _split_hold(cluster, "split")
+    token = lock.token.encode()
+    with caplog.at_level("WARNING", logger="django_redislock.redlock"):
+        lock.release()  # no LockNotOwned: one released, one never had it, one silent
+    assert lock.token is None
+    assert c.values("split") == [None, b"someone-else", token]  # kept there until its TTL
+    assert "rl2" in caplog.text and "until its TTL" in caplog.text
+    c.proxies[2].release_hold()
+
+
+def test_arelease_within_validity_does_not_blame_a_valid_holder(cluster):
+    c, lock = _split_hold(cluster, "split-async")
+    asyncio.run(lock.arelease())
+    assert c.values("split-async", [0, 1]) == [None, b"someone-else"]
+    c.proxies[2].release_hold()
+
+
+def test_release_past_validity_needs_a_majority(cluster):
+    c, lock = _split_hold(cluster, "split-late")
+    lock.valid_until = lock_module.clock() - 0.001  # as if its validity had run out
+    with pytest.raises(LockNotOwned):
+        lock.release()
+    c.proxies[2].release_hold()
+
+
+def test_release_within_validity_raises_when_a_majority_says_not_ours(cluster):
+    c = cluster(3)
+    lock = Redlock("taken", ttl=5, node_timeout=NT)
+    assert lock.acquire(timeout=0)
+    assert settled(lock)
+    c.clients[0].set(key("taken"), "force-released-and-retaken")
+    c.clients[1].delete(key("taken"))
+    with pytest.raises(LockNotOwned):
+        lock.release()
+
+
 def test_fencing_off(cluster):
     c = cluster(3)
     with Redlock("nofence", ttl=1, fencing=False, node_timeout=NT) as lock:
