@@ -13,6 +13,11 @@ what happens to it:
   on the loop that owns it, then back to the pool (which reconnects it on its
   next use).
 
+A pooled connection the server closed while it sat idle (``CLIENT KILL``, a
+restart, an idle timeout) is reconnected before a lock command is sent on it
+(:func:`_reconnect_if_closed`): the pool's own check is not enough in every
+redis-py we support (8.1 skips it when maintenance notifications are "auto").
+
 :func:`call` is for callers without a deadline; :func:`call_within` gives the
 command a deadline and getting the connection a budget of its own (connect,
 handshake and the script load of a first call are paid there, not inside the
@@ -25,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import select
 import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -82,6 +88,51 @@ class ScriptOp(Op):
             return await client.evalsha(script.sha, len(keys), *keys, *args)
         except NoScriptError:
             return await client.eval(script.source, len(keys), *keys, *args)
+
+
+class ScriptThenWait(Op):
+    """A script, then ``WAIT replicas ms``, in one round trip: [reply, acked].
+
+    Either reply may be an error, returned as a value (the caller decides).
+    """
+
+    __slots__ = ("args", "keys", "ms", "replicas", "script")
+
+    def __init__(self, script: Any, keys: Any, args: Any, replicas: int, ms: int) -> None:
+        self.script, self.keys, self.args = script, keys, args
+        self.replicas, self.ms = replicas, ms
+        self.scripts = (script,)
+
+    async def on_connection(self, conn: Any) -> Any:
+        replies = await self._send(conn, "EVALSHA", self.script.sha)
+        if isinstance(replies[0], NoScriptError):
+            _loaded.clear()  # a server restarted or flushed its scripts
+            replies = await self._send(conn, "EVAL", self.script.source)
+        return replies
+
+    async def _send(self, conn: Any, *command: Any) -> list[Any]:
+        keys, args = self.keys, self.args
+        commands = [(*command, len(keys), *keys, *args), ("WAIT", self.replicas, self.ms)]
+        await conn.send_packed_command(conn.pack_commands(commands))
+        replies: list[Any] = []
+        for _ in commands:
+            try:
+                replies.append(await conn.read_response())
+            except ResponseError as exc:  # a complete (error) reply: read the next one
+                replies.append(exc)
+        return replies
+
+    async def on_client(self, client: Any) -> Any:
+        replies = await self._pipeline(client, "EVALSHA", self.script.sha)
+        if isinstance(replies[0], NoScriptError):
+            replies = await self._pipeline(client, "EVAL", self.script.source)
+        return replies
+
+    async def _pipeline(self, client: Any, *command: Any) -> list[Any]:
+        pipe = client.pipeline(transaction=False)
+        pipe.execute_command(*command, len(self.keys), *self.keys, *self.args)
+        pipe.execute_command("WAIT", self.replicas, self.ms)
+        return list(await pipe.execute(raise_on_error=False))
 
 
 class CommandOp(Op):
@@ -226,6 +277,7 @@ async def _client_within(client: Any, op: Op, deadline: float) -> Any:
 async def _checkout(pool: Any, op: Op) -> Any:
     conn = await _get_connection(pool)
     try:
+        await _reconnect_if_closed(conn)
         loaded = _loaded.setdefault(pool, set())
         for script in op.scripts:
             if script.sha not in loaded:
@@ -237,6 +289,35 @@ async def _checkout(pool: Any, op: Op) -> Any:
         await _hand_back(pool, conn, clean=False)
         raise
     return conn
+
+
+async def _reconnect_if_closed(conn: Any) -> None:
+    """Replace the socket of a pooled connection that the server closed while idle.
+
+    An idle connection has nothing to read: end-of-stream or bytes waiting, in the
+    event loop's reader or still in the kernel (the loop may not have polled since the
+    server closed it), mean the server is gone from it or it is dirty.
+    """
+    if _closed_while_idle(conn):
+        await conn.disconnect()
+        await conn.connect()
+
+
+def _closed_while_idle(conn: Any) -> bool:
+    reader = getattr(conn, "_reader", None)  # redis-py's asyncio.StreamReader (5.x-8.x)
+    if not isinstance(reader, asyncio.StreamReader):
+        return False  # not connected (connect() gives a fresh socket), or no socket (fakeredis)
+    if reader.at_eof() or reader.exception() is not None:
+        return True
+    writer = getattr(conn, "_writer", None)
+    sock = None if writer is None else writer.get_extra_info("socket")
+    if sock is None:
+        return False
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):  # closed under us
+        return True
+    return bool(readable)
 
 
 def _get_connection(pool: Any) -> Awaitable[Any]:

@@ -49,6 +49,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from . import leases
 from .conf import get_config
 from .connection import async_node_client, is_cluster
 from .exceptions import LockNotAcquired, RedisLockError
@@ -195,15 +196,9 @@ async def _arefresh(cluster: Any) -> None:
 async def _apipeline(
     client: Any, script: Any, keys: Sequence[str], args: Sequence[Any], replicas: int, ms: int
 ) -> tuple[Any, int]:
-    pipe = client.pipeline(transaction=False)
-    pipe.evalsha(script.sha, len(keys), *keys, *args)
-    pipe.execute_command("WAIT", replicas, ms)
-    result, acked = await pipe.execute(raise_on_error=False)
-    if isinstance(result, NoScriptError):
-        pipe = client.pipeline(transaction=False)
-        pipe.eval(script.source, len(keys), *keys, *args)
-        pipe.execute_command("WAIT", replicas, ms)
-        result, acked = await pipe.execute(raise_on_error=False)
+    # On a connection the library holds (leases): checked for a server-side close first.
+    op = leases.ScriptThenWait(script, keys, args, replicas, ms)
+    result, acked = await leases.call(client, op)
     return _outcome(result, acked)
 
 
