@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 # given whole test files (order within a file kept). XDIST=0: one process.
 XDIST ?= auto
 
-.PHONY: test test-quick lint migrations-check bench venv faults
+.PHONY: test test-quick lint migrations-check bench venv faults soak
 
 venv: $(VENV)/.installed
 
@@ -67,3 +67,10 @@ typecheck: $(VENV)/.installed
 # The fault-injection suite, every scenario RUNS times with and without its protection.
 faults: $(VENV)/.installed
 	$(VPY) -m tests.faults --runs $(or $(RUNS),20)
+
+# The mixed-fault soak: worker processes on Lock and Redlock names, one random fault at a
+# time, a history checker at the end (tests/soak). SOAK_SECONDS (default 600) long; it
+# stops by itself. BROKEN=1 runs the lock with release unchecked (violations expected).
+SOAK_SECONDS ?= 600
+soak: $(VENV)/.installed
+	$(VPY) -m tests.soak --seconds $(SOAK_SECONDS) $(if $(BROKEN),--broken,)

@@ -1,0 +1,182 @@
+"""The soak's checkers: each takes the recorded history (and the fault log) and returns
+a list of violations, empty when the run was fine.
+
+History lines are the fault suite's (:mod:`tests.faults.harness`), plus ``name`` on every
+line and ``error`` lines. Fault records: ``{"type", "start_ns", "end_ns", ...}``; Redis-side
+faults carry ``server``, worker faults ``worker`` (the worker id every history ident of
+that process starts with), a force-release ``name`` and ``fence``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+from tests.faults.harness import NS, Window, check_counter, check_fences, windows
+
+#: Redis-side faults: lock calls may fail while one lasts (and GRACE_NS after).
+REDIS_FAULTS = {
+    "client-kill-normal",
+    "client-kill-pubsub",
+    "restart-kill",
+    "restart-term",
+    "node-hold",
+    "node-delay",
+    "node-reset",
+}
+#: After a fault ends, calls that were in flight may still fail this long.
+GRACE_NS = 1 * NS
+#: A waiter must get a freed lock within this (the 2 s safety net of a lost wake-up,
+#: plus slack for a loaded machine).
+NET_NS = 3 * NS
+
+
+def by_name(history: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for line in history:
+        if line.get("name"):
+            out[line["name"]].append(line)
+    return out
+
+
+def _overlaps(start: int, end: int, faults: Iterable[dict[str, Any]], grace: int = 0) -> bool:
+    return any(f["start_ns"] <= end and start <= f["end_ns"] + grace for f in faults)
+
+
+def _worker_of(ident: str) -> str:
+    return ident.rsplit("-", 1)[0]
+
+
+def held_windows(lines: list[dict[str, Any]], force_released: dict[int, int]) -> list[Window]:
+    """Believed-valid windows of one name, cut where an operator force-released them."""
+    out = []
+    for window in windows(lines):
+        cut = force_released.get(window.fence) if window.fence is not None else None
+        if cut is not None:
+            window.end = min(window.end, cut)
+        if window.start < window.end:
+            out.append(window)
+    return out
+
+
+def check_exclusion(name: str, spans: list[Window]) -> list[str]:
+    """No two believed-valid windows of one name overlap."""
+    out = []
+    spans = sorted(spans, key=lambda w: w.start)
+    for i, a in enumerate(spans):
+        for b in spans[i + 1 :]:
+            if b.start >= a.end:
+                break
+            if b.worker != a.worker:
+                out.append(
+                    f"{name}: {a.worker} (fence {a.fence}) and {b.worker} (fence {b.fence}) "
+                    f"both believed they held it for {(min(a.end, b.end) - b.start) / 1e6:.1f} ms"
+                )
+    return out
+
+
+def check_fence_order(name: str, spans: list[Window]) -> list[str]:
+    """Holders that believed in turn got strictly growing fences."""
+    out = []
+    ordered = sorted(spans, key=lambda w: w.start)
+    for a, b in itertools.pairwise(ordered):
+        if a.fence is not None and b.fence is not None and b.fence <= a.fence:
+            out.append(f"{name}: fence {b.fence} ({b.worker}) held after fence {a.fence}")
+    return out
+
+
+def check_liveness(
+    name: str, lines: list[dict[str, Any]], faults: list[dict[str, Any]]
+) -> list[str]:
+    """No waiter sleeps past a freed lock beyond the safety net.
+
+    After a release that freed the lock while a waiter had more than ``NET_NS`` of its
+    timeout left, some acquire of that name completes within ``NET_NS`` — unless a fault
+    (Redis-side, or a worker stopped or killed: it may have been the heir) overlapped.
+    """
+    out = []
+    acquires = [line for line in lines if line["op"] == "acquire"]
+    granted = sorted(line["complete_ns"] for line in acquires if line["ok"])
+    for release in lines:
+        if release["op"] != "release" or release["outcome"] != "released":
+            continue
+        freed = release["complete_ns"]
+        waiting = [
+            a for a in acquires
+            if a["invoke_ns"] < freed < a["complete_ns"]
+            and a["invoke_ns"] + a["timeout"] * NS > freed + NET_NS
+        ]  # fmt: skip
+        if not waiting:
+            continue
+        if any(freed < g <= freed + NET_NS for g in granted):
+            continue
+        if _overlaps(freed, freed + NET_NS, faults, GRACE_NS):
+            continue
+        out.append(
+            f"{name}: freed at {freed / 1e9:.3f}s with {len(waiting)} waiter(s), "
+            f"none got it within {NET_NS / 1e9:g}s"
+        )
+    return out
+
+
+def check_errors(history: list[dict[str, Any]], faults: list[dict[str, Any]]) -> list[str]:
+    """No unexpected exception; no LockBackendUnavailable while Redis was up."""
+    out = []
+    redis_faults = [f for f in faults if f["type"] in REDIS_FAULTS]
+    for line in history:
+        if line["op"] != "error":
+            continue
+        where = f"{line['worker']} {line['during']} {line['name']}: {line['error']}"
+        if not line["expected"]:
+            out.append(f"unexpected exception: {where}: {line['message']}")
+        elif line["error"] == "LockBackendUnavailable":
+            span = (line["invoke_ns"], line["complete_ns"])
+            own = [f for f in faults if f.get("worker") == _worker_of(line["worker"])]
+            if not _overlaps(*span, redis_faults, GRACE_NS) and not _overlaps(*span, own):
+                out.append(f"Redis unavailable while it was up: {where}: {line['message']}")
+    return out
+
+
+def check_stale_grants(history: list[dict[str, Any]], faults: list[dict[str, Any]]) -> list[str]:
+    """acquire() never returns a lock whose validity already ran out."""
+    out = []
+    for line in history:
+        if line["op"] != "acquire" or not line["ok"] or line["validity_ns"] is None:
+            continue
+        if line["invoke_ns"] + line["validity_ns"] > line["complete_ns"]:
+            continue
+        own = [f for f in faults if f.get("worker") == _worker_of(line["worker"])]
+        if _overlaps(line["invoke_ns"], line["complete_ns"], own):
+            continue  # paused between the return and the record
+        out.append(
+            f"acquire returned an already lost lock: {line['worker']} {line['name']} "
+            f"fence {line['fence']}"
+        )
+    return out
+
+
+def check_all(
+    history: list[dict[str, Any]],
+    faults: list[dict[str, Any]],
+    resources: dict[str, Any],
+) -> list[str]:
+    """Every checker over the whole run."""
+    force_released: dict[str, dict[int, int]] = defaultdict(dict)
+    for fault in faults:
+        if fault["type"] == "force-release" and fault.get("fence") is not None:
+            force_released[fault["name"]][fault["fence"]] = fault["start_ns"]
+    violations = []
+    for name, lines in sorted(by_name(history).items()):
+        spans = held_windows(lines, force_released[name])
+        violations += check_exclusion(name, spans)
+        violations += check_fence_order(name, spans)
+        violations += check_liveness(name, lines, faults)
+    for name, resource in sorted(resources.items()):
+        accepted = resource.accepted()
+        violations += check_fences(accepted, f"resource {name}")
+        violations += check_counter(resource.read(), accepted, f"resource {name}")
+    violations += check_errors(history, faults)
+    violations += check_stale_grants(history, faults)
+    return violations
