@@ -22,6 +22,7 @@ import collections
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -66,6 +67,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--report", type=Path, default=None, help="write the report here too")
     parser.add_argument("--json", type=Path, default=None, help="the figures as JSON")
+    parser.add_argument(
+        "--keep", type=Path, default=None, help="copy the histories and the fault log here"
+    )
     return parser.parse_args(argv)
 
 
@@ -226,14 +230,21 @@ class Soak:
             name, aliases = self.rng.choice(REDLOCK_NAMES), ["node0", "node1", "node2"]
             clients = [node.client() for node in self.nodes]
         key = f"redislock:{{{name}}}"
-        token = next((c.get(key) for c in clients if c.get(key) is not None), None)
-        fence = next((c.hget(f"{key}:meta", "fence") for c in clients), None)
-        for client in clients:
+        token = fence = None
+        for client in clients:  # the holder's token and its fence, read together
+            pipe = client.pipeline(transaction=True)
+            pipe.get(key)
+            pipe.hget(f"{key}:meta", "fence")
+            value, meta_fence = pipe.execute()
+            if value is not None and token is None:
+                token, fence = value, meta_fence
             client.close()
         if token is None:
             return False
         record["start_ns"] = now_ns()  # the holder's window ends here at the latest
-        record.update(name=name, fence=None if fence is None else int(fence))
+        record.update(
+            name=name, token=token.decode(), fence=None if fence is None else int(fence)
+        )
         for alias in aliases:
             force_release(name, token=token.decode(), connection=alias)
         return True
@@ -367,6 +378,10 @@ def main(argv: list[str] | None = None) -> int:
             history = soak.history()
             violations += check_all(history, soak.faults, soak.resources)
             result = figures(soak, history, violations)
+            if args.keep is not None:
+                shutil.copytree(soak.history_dir, args.keep, dirs_exist_ok=True)
+                (args.keep / "faults.json").write_text(json.dumps(soak.faults))
+                (args.keep / "violations.txt").write_text("\n".join(violations))
         finally:
             soak.close()
     report = render(result)

@@ -4,7 +4,7 @@ a list of violations, empty when the run was fine.
 History lines are the fault suite's (:mod:`tests.faults.harness`), plus ``name`` on every
 line and ``error`` lines. Fault records: ``{"type", "start_ns", "end_ns", ...}``; Redis-side
 faults carry ``server``, worker faults ``worker`` (the worker id every history ident of
-that process starts with), a force-release ``name`` and ``fence``.
+that process starts with), a force-release ``name``, ``token`` and ``fence``.
 """
 
 from __future__ import annotations
@@ -50,31 +50,32 @@ def _worker_of(ident: str) -> str:
     return ident.rsplit("-", 1)[0]
 
 
-def held_windows(lines: list[dict[str, Any]], force_released: dict[int, int]) -> list[Window]:
+def held_windows(lines: list[dict[str, Any]], force_released: dict[str, int]) -> list[Window]:
     """Believed-valid windows of one name, cut where an operator force-released them.
 
     The fault suite's ``windows`` in one pass per worker: a window runs from an acquire's
-    return to the next release's invoke or ``acquire invoke + validity`` (the later
+    return to the next release's start (the ``releasing`` line, written before the release
+    is sent, so a worker killed mid-release has it) or ``acquire invoke + validity`` (the later
     of the acquire's and the release's validity: renewals), whichever is first.
     """
     out = []
     by_worker: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for line in lines:
-        if line["op"] in ("acquire", "release"):
+        if line["op"] in ("acquire", "releasing"):  # "releasing": before it is sent
             by_worker[line["worker"]].append(line)
     for worker, ops in by_worker.items():
         ops.sort(key=lambda line: line["invoke_ns"])
         for line, after in itertools.zip_longest(ops, ops[1:]):
             if line["op"] != "acquire" or not line["ok"]:
                 continue
-            release = after if after is not None and after["op"] == "release" else None
+            release = after if after is not None and after["op"] == "releasing" else None
             end = float("inf") if release is None else release["invoke_ns"]
             validity = line["validity_ns"]
             if validity is not None:
                 if release is not None and release.get("validity_ns") is not None:
                     validity = max(validity, release["validity_ns"])
                 end = min(end, line["invoke_ns"] + validity)
-            cut = force_released.get(line["fence"]) if line["fence"] is not None else None
+            cut = force_released.get(line["token"])
             if cut is not None:
                 end = min(end, cut)
             if line["complete_ns"] < end:
@@ -185,10 +186,10 @@ def check_all(
     resources: dict[str, Any],
 ) -> list[str]:
     """Every checker over the whole run."""
-    force_released: dict[str, dict[int, int]] = defaultdict(dict)
+    force_released: dict[str, dict[str, int]] = defaultdict(dict)  # name -> token -> when
     for fault in faults:
-        if fault["type"] == "force-release" and fault.get("fence") is not None:
-            force_released[fault["name"]][fault["fence"]] = fault["start_ns"]
+        if fault["type"] == "force-release":
+            force_released[fault["name"]][fault["token"]] = fault["start_ns"]
     violations = []
     for name, lines in sorted(by_name(history).items()):
         spans = held_windows(lines, force_released[name])

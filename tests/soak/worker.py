@@ -120,7 +120,14 @@ class Actor:
 
     def before_release(self, lock: Any) -> tuple[int, str | None, int | None]:
         # Renewals may have moved the validity on since the acquire: the last one counts.
-        return now_ns(), lock.token, lock_validity_ns(lock, self._acquire_invoke)
+        start = now_ns(), lock.token, lock_validity_ns(lock, self._acquire_invoke)
+        # Written before the release is sent: a worker killed after sending it must not
+        # look like a holder that still believed (the "release" line comes after).
+        invoke, token, validity = start
+        self.history.record(
+            "releasing", invoke_ns=invoke, token=token, name=lock.name, validity_ns=validity
+        )
+        return start
 
     def released(self, lock: Any, start: tuple[int, str | None, int | None], outcome: str) -> None:
         invoke, token, validity = start
