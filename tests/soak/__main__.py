@@ -34,7 +34,7 @@ from typing import Any
 
 from django_redislock.testing import FaultProxy, RedisServer
 from tests.faults.harness import now_ns, read_history
-from tests.soak.checks import check_all
+from tests.soak.checks import FAULTS, check_all
 from tests.soak.resource import NamedResource
 from tests.support.polling import wait_until
 
@@ -43,18 +43,6 @@ LOCK_NAMES = ["soak-a", "soak-b", "soak-c", "soak-d"]
 REDLOCK_NAMES = ["soak-r1", "soak-r2"]
 TTL = 1.0
 REDLOCK_TTL = 2.0
-FAULTS = [
-    "stop",
-    "kill",
-    "client-kill-normal",
-    "client-kill-pubsub",
-    "restart-kill",
-    "restart-term",
-    "node-hold",
-    "node-delay",
-    "node-reset",
-    "force-release",
-]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -242,9 +230,7 @@ class Soak:
         if token is None:
             return False
         record["start_ns"] = now_ns()  # the holder's window ends here at the latest
-        record.update(
-            name=name, token=token.decode(), fence=None if fence is None else int(fence)
-        )
+        record.update(name=name, token=token.decode(), fence=None if fence is None else int(fence))
         for alias in aliases:
             force_release(name, token=token.decode(), connection=alias)
         return True

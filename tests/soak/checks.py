@@ -17,8 +17,10 @@ from typing import Any
 
 from tests.faults.harness import NS, Window, check_counter, check_fences
 
+#: Faults on a worker process.
+WORKER_FAULTS = ("stop", "kill")
 #: Redis-side faults: lock calls may fail while one lasts (and GRACE_NS after).
-REDIS_FAULTS = {
+REDIS_FAULTS = (
     "client-kill-normal",
     "client-kill-pubsub",
     "restart-kill",
@@ -26,7 +28,9 @@ REDIS_FAULTS = {
     "node-hold",
     "node-delay",
     "node-reset",
-}
+)
+#: Every fault the soak injects; an operator's force-release is one too.
+FAULTS = [*WORKER_FAULTS, *REDIS_FAULTS, "force-release"]
 #: After a fault ends, calls that were in flight may still fail this long.
 GRACE_NS = 1 * NS
 #: A waiter must get a freed lock within this (the 2 s safety net of a lost wake-up,
