@@ -660,10 +660,9 @@ class _Attempts:
         script grants a key that already holds our token).
         """
         waiter = self.waiter
-        grant = None if waiter is None else waiter.granted
-        if grant is None:
+        if waiter is None or waiter.granted is None:
             return None
-        waiter.granted = None  # type: ignore[union-attr]
+        grant, waiter.granted = waiter.granted, None
         if grant.handed_at_ms is None or self.refused_ms is None:
             return None
         now = clock()

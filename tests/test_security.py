@@ -149,14 +149,18 @@ def _acl_user(server, commands):
     return f"redis://locker:s3cret@{server.host}:{server.port}/0"
 
 
+def _use_alias(settings, alias, url):
+    settings.CACHES = {
+        **settings.CACHES,
+        alias: {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": url},
+    }
+
+
 @pytest.mark.parametrize("server_name", [spec.name for spec in available_servers()])
 def test_the_lock_works_with_exactly_the_minimal_acl(settings, make_server, server_name):
     server = make_server(server_name)
     url = _acl_user(server, CORE_COMMANDS + INSPECT_COMMANDS)
-    settings.CACHES = {
-        **settings.CACHES,
-        "acl": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": url},
-    }
+    _use_alias(settings, "acl", url)
     holder = Lock("acl", connection="acl", ttl=0.3, watchdog=True)
     assert holder.acquire()
     waiter = Lock("acl", connection="acl", ttl=5)
@@ -198,10 +202,7 @@ def test_the_lock_works_with_exactly_the_minimal_acl(settings, make_server, serv
 def test_without_time_a_hand_off_is_confirmed_by_an_attempt(settings, make_server):
     server = make_server()
     url = _acl_user(server, [c for c in CORE_COMMANDS if c != "time"])
-    settings.CACHES = {
-        **settings.CACHES,
-        "acl": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": url},
-    }
+    _use_alias(settings, "acl", url)
     holder = Lock("acl-no-time", connection="acl", ttl=5)
     assert holder.acquire()
     waiter = Lock("acl-no-time", connection="acl", ttl=5)
@@ -227,10 +228,7 @@ def test_each_core_command_is_needed(settings, make_server, missing):
 
     server = make_server()
     url = _acl_user(server, [c for c in CORE_COMMANDS if c != missing])
-    settings.CACHES = {
-        **settings.CACHES,
-        "acl": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": url},
-    }
+    _use_alias(settings, "acl", url)
     with pytest.raises(RedisLockError):
         lock = Lock("acl", connection="acl", ttl=5)
         lock.acquire(timeout=0)

@@ -12,7 +12,8 @@
 -- Returns {1, fence} when acquired (fence 0 without fencing), or {0, ms, now_ms}
 -- with how long the caller may sleep before the next attempt (the holder's
 -- remaining TTL, or the remaining life of a longer waiter's claim) and the
--- server's clock (TIME, in ms; left out where the ACL refuses TIME): a waiter
+-- server's clock (TIME, in ms; only with a claim key, and left out where the ACL
+-- refuses TIME): a waiter
 -- compares it with the time a release handed the lock to it (release.lua), to
 -- tell a live hand-off from a stale one.
 local current = redis.call('GET', KEYS[1])
@@ -39,9 +40,10 @@ if current or (claimant and claimant ~= ARGV[1] and claimed > waited) then
       .. ':' .. ARGV[4], 'PX', ARGV[6])
   end
   local wait = redis.call('PTTL', current and KEYS[1] or KEYS[4])
-  -- pcall: an ACL without TIME only costs the heir of a hand-off a confirming attempt.
-  local now = redis.pcall('TIME')
-  if now.err then
+  -- Only a waiter with a claim key can be handed the lock. pcall: an ACL without
+  -- TIME only costs the heir of a hand-off a confirming attempt.
+  local now = KEYS[4] and redis.pcall('TIME')
+  if not now or now.err then
     return {0, wait}
   end
   return {0, wait, tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)}

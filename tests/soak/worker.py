@@ -97,7 +97,12 @@ class Actor:
             message=str(exc)[:300],
         )
 
-    def acquired(self, lock: Any, invoke: int, ok: bool, timeout: float) -> None:
+    def begin(self) -> tuple[Any, int, float]:
+        """A new lock object, the acquire's invoke time, and its timeout."""
+        self._acquire_invoke = now_ns()
+        return self.new_lock(), self._acquire_invoke, self.timeout()
+
+    def acquired(self, lock: Any, invoke: int, ok: bool, timeout: float) -> bool:
         self.history.record(
             "acquire",
             invoke_ns=invoke,
@@ -108,6 +113,7 @@ class Actor:
             name=lock.name,
             validity_ns=lock_validity_ns(lock, invoke) if ok else None,
         )
+        return ok
 
     def critical_section(self, lock: Any) -> None:
         resource = self.resources[lock.name]
@@ -161,16 +167,13 @@ class Actor:
     # -- sync ------------------------------------------------------------------------------
     def run(self) -> None:
         while time.monotonic() < self.config["deadline"]:
-            lock = self.new_lock()
-            invoke = self._acquire_invoke = now_ns()
-            timeout = self.timeout()
+            lock, invoke, timeout = self.begin()
             try:
                 ok = lock.acquire(timeout=timeout)
             except Exception as exc:  # not one of EXPECTED: a violation
                 self.error("acquire", invoke, lock, exc)
                 continue
-            self.acquired(lock, invoke, ok, timeout)
-            if not ok:
+            if not self.acquired(lock, invoke, ok, timeout):
                 continue
             try:
                 self.critical_section(lock)
@@ -195,16 +198,13 @@ class Actor:
     # -- async -----------------------------------------------------------------------------
     async def arun(self) -> None:
         while time.monotonic() < self.config["deadline"]:
-            lock = self.new_lock()
-            invoke = self._acquire_invoke = now_ns()
-            timeout = self.timeout()
+            lock, invoke, timeout = self.begin()
             try:
                 ok = await lock.aacquire(timeout=timeout)
             except Exception as exc:
                 self.error("acquire", invoke, lock, exc)
                 continue
-            self.acquired(lock, invoke, ok, timeout)
-            if not ok:
+            if not self.acquired(lock, invoke, ok, timeout):
                 continue
             try:
                 self.critical_section(lock)
