@@ -55,11 +55,13 @@ demo: $(VENV)/.installed
 docs: $(VENV)/.installed
 	$(VPY) -m pytest tests/test_docs.py -q $(PYTEST_ARGS)
 
-# Build the sdist and the wheel into dist/ and list what the wheel ships.
+# Build the sdist and the wheel into dist/, list what each ships, check both lists
+# (tests/support/dist_check.py) and their metadata (twine check).
 dist: $(VENV)/.installed
 	rm -rf dist
 	$(VPY) -m build --outdir dist .
-	$(VPY) -m zipfile -l dist/*.whl
+	$(VPY) -m tests.support.dist_check dist
+	$(VPY) -m twine check --strict dist/*
 
 typecheck: $(VENV)/.installed
 	$(VENV)/bin/mypy django_redislock

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import dist_check
+
 ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.slow
@@ -48,27 +50,11 @@ def _wheel(dist: Path) -> Path:
 
 
 def test_wheel_contents(dist: Path) -> None:
-    names = set(zipfile.ZipFile(_wheel(dist)).namelist())
-    package = {n for n in names if n.startswith("django_redislock/")}
-    assert "django_redislock/py.typed" in package
-    assert "django_redislock/testing/__init__.py" in package
-    assert "django_redislock/testing/servers.py" in package
-    assert "django_redislock/contrib/celery/task.py" in package
-    assert "django_redislock/migrations/0001_initial.py" in package
-    assert "django_redislock/management/commands/redislock.py" in package
-    lua = {n.rsplit("/", 1)[1] for n in package if n.endswith(".lua")}
-    assert {"acquire.lua", "release.lua", "extend.lua", "force_release.lua"} <= lua
-    on_disk = {p.name for p in (ROOT / "django_redislock" / "scripts").glob("*.lua")}
-    assert lua == on_disk
-    templates = {n for n in package if "/templates/" in n}
-    on_disk_templates = {
-        "django_redislock/" + str(p.relative_to(ROOT / "django_redislock"))
-        for p in (ROOT / "django_redislock" / "templates").rglob("*.html")
-    }
-    assert templates == on_disk_templates and templates
-    assert any("/static/" in n for n in package)
-    # Only the app: no tests, demo or benchmarks in the wheel.
-    assert not any(n.startswith(("tests/", "demo_site/", "bench/")) for n in names)
+    # The list of what the wheel must hold is dist_check's (make dist runs the same).
+    assert dist_check.wheel_problems(_wheel(dist)) == []
+    names = dist_check.wheel_names(_wheel(dist))
+    assert "django_redislock/testing/servers.py" in names
+    assert "django_redislock/contrib/celery/task.py" in names
 
     dist_info = next(n.split("/")[0] for n in names if n.endswith(".dist-info/METADATA"))
     metadata = zipfile.ZipFile(_wheel(dist)).read(f"{dist_info}/METADATA").decode()
@@ -79,14 +65,32 @@ def test_wheel_contents(dist: Path) -> None:
     assert "django_redislock = django_redislock.testing:entry_point" in entry_points
 
 
-def test_sdist_contains_the_readme(dist: Path) -> None:
-    import tarfile
+def test_the_content_check_finds_a_missing_file(dist: Path, tmp_path: Path) -> None:
+    """dist_check is not a rubber stamp: a wheel without one Lua script fails it."""
+    trimmed = tmp_path / _wheel(dist).name
+    with zipfile.ZipFile(_wheel(dist)) as source, zipfile.ZipFile(trimmed, "w") as target:
+        for item in source.infolist():
+            if not item.filename.endswith("/release.lua"):
+                target.writestr(item, source.read(item))
+    assert dist_check.wheel_problems(trimmed) == [
+        "wheel lacks django_redislock/scripts/release.lua"
+    ]
 
-    sdists = list(dist.glob("django_redislock-*.tar.gz"))
-    assert len(sdists) == 1
-    with tarfile.open(sdists[0]) as tar:
-        names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
-    assert {"README.md", "pyproject.toml", "django_redislock/py.typed"} <= names
+
+def test_sdist_contents(dist: Path) -> None:
+    assert dist_check.sdist_problems(dist_check.one(dist, "django_redislock-*.tar.gz")) == []
+
+
+def test_twine_check_passes(dist: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "twine", "check", "--strict", *map(str, sorted(dist.iterdir()))],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("PASSED") == 2, done.stdout
 
 
 CHECK = textwrap.dedent(
