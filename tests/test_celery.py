@@ -532,5 +532,10 @@ def test_one_celery_beat_at_a_time_under_redislock_run(celery: Workers, tmp_path
     finally:
         for proc in (first, locals().get("third")):
             if proc is not None and proc.poll() is None:
+                # Beat runs in its own session: killing the supervisor alone would orphan it.
+                beats = psutil.Process(proc.pid).children(recursive=True)
                 proc.kill()
                 proc.wait(10)
+                for beat_process in beats:
+                    beat_process.kill()
+                psutil.wait_procs(beats, timeout=10)

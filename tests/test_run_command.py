@@ -15,6 +15,7 @@ from django_redis import get_redis_connection
 
 from django_redislock import Lock, force_release, lock_info
 from django_redislock.supervisor import EXIT_BUSY, EXIT_LOST, exit_status
+from tests.support.polling import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 MANAGE = [sys.executable, "manage.py", "redislock", "run"]
@@ -145,6 +146,120 @@ def test_sigterm_reaches_the_child_and_the_lock_waits_for_its_exit(tmp_path):
     lines = dict(line.split() for line in log.read_text().splitlines())
     assert int(lines["term"]) < int(lines["exit"]) < released_at
     assert lock_info("graceful") is None
+
+
+GATED_CHILD = """
+    import os, pathlib, signal, sys, time
+    log, gate = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+    def on_term(signum, frame):
+        log.write_text(log.read_text() + "term\\n")
+        while not gate.exists():  # stopping takes as long as the test says
+            time.sleep(0.01)
+        sys.exit(0)
+    signal.signal(signal.SIGTERM, on_term)
+    log.write_text(f"started {os.getpid()}\\n")
+    while True:
+        time.sleep(0.05)
+"""
+
+
+def test_a_child_slow_to_stop_keeps_the_supervisor_and_the_lock(tmp_path):
+    log, gate = tmp_path / "child.log", tmp_path / "gate"
+    proc = start(
+        "slow-stop", "--ttl", "1", "--",
+        sys.executable, "-c", textwrap.dedent(GATED_CHILD), str(log), str(gate),
+    )  # fmt: skip
+    pid = int(wait_for_file(log).split()[1])
+    proc.send_signal(signal.SIGTERM)
+    assert wait_until(lambda: "term" in log.read_text(), 30)
+    # The child is still stopping: the supervisor waits for it and the lock stays held.
+    assert lock_info("slow-stop") is not None and proc.poll() is None
+    gate.write_text("go\n")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # gone before the supervisor exited
+    assert lock_info("slow-stop") is None
+
+
+FORKING_CHILD = """
+    import pathlib, signal, subprocess, sys
+    log, mode = pathlib.Path(sys.argv[1]), sys.argv[2]
+    grandchild = subprocess.Popen([sys.executable, "-c", (
+        "import signal, sys, time\\n"
+        + ("signal.signal(signal.SIGTERM, signal.SIG_IGN)\\n" if mode == "ignore" else "")
+        + "sys.stdout.write('ready\\\\n'); sys.stdout.flush()\\n"
+        + "time.sleep(600)\\n"
+    )], stdout=subprocess.PIPE, text=True)
+    grandchild.stdout.readline()  # its SIGTERM disposition is set
+    log.write_text(f"grandchild {grandchild.pid}\\n")
+    sys.exit(4)  # without waiting for it
+"""
+
+
+@pytest.mark.parametrize(("mode", "signal_seen"), [("plain", "SIGTERM"), ("ignore", "SIGKILL")])
+def test_a_grandchild_left_behind_is_stopped_before_the_lock_goes(tmp_path, mode, signal_seen):
+    log = tmp_path / "child.log"
+    done = run(
+        "forks", "--grace", "0.5", "--",
+        sys.executable, "-c", textwrap.dedent(FORKING_CHILD), str(log), mode,
+    )  # fmt: skip
+    assert done.returncode == 4, done.stderr  # still the child's own exit status
+    grandchild = int(log.read_text().split()[1])
+    assert _gone(grandchild), f"grandchild {grandchild} outlived the supervisor"
+    assert "leaving processes in its process group" in done.stderr
+    assert signal_seen in done.stderr
+    assert lock_info("forks") is None
+
+
+def _gone(pid: int) -> bool:
+    """Not running: absent, or a zombie its new parent has not reaped yet."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+@pytest.mark.slow
+def test_a_sigterm_as_the_child_starts_never_orphans_it():
+    """The orphaned ``celery beat`` after a CI run: SIGTERM right after the child appeared
+    used to kill the supervisor (default action, no handler yet) and leave the child
+    running in its own session, its lock expiring. Old code: 8 orphans in 10 tries."""
+    import psutil
+
+    for attempt in range(5):
+        proc = start(f"race-{attempt}", "--ttl", "2", "--", sys.executable, "-c", "input()")
+        supervisor = psutil.Process(proc.pid)
+        assert wait_until(lambda supervisor=supervisor: supervisor.children(), 30, 0.001)
+        children = supervisor.children()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 128 + signal.SIGTERM, err
+        assert all(_gone(c.pid) for c in children), [c.cmdline() for c in children]
+        assert lock_info(f"race-{attempt}") is None
+
+
+def test_sigterm_while_waiting_for_the_lock_stops_without_running(tmp_path):
+    holder = Lock("awaited", ttl=30)
+    assert holder.acquire(blocking=False)
+    ran = tmp_path / "ran"
+    proc = start(
+        "awaited", "--on-busy", "wait", "--",
+        sys.executable, "-c", f"open({str(ran)!r}, 'w').close()",
+    )  # fmt: skip
+    redis = get_redis_connection("default")
+    channel = holder.keys.channel
+    # Waiting: subscribed to the lock's release channel.
+    assert wait_until(lambda: dict(redis.pubsub_numsub(channel)).get(channel.encode()), 30)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "Stopped by SIGTERM: the command was not run" in err
+    assert not ran.exists()
+    assert lock_info("awaited").token == holder.token  # still the holder's
+    holder.release()
 
 
 @pytest.mark.parametrize(

@@ -25,10 +25,12 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import uuid
 
 import pytest
 
 from django_redislock.testing import RedisServer, default_server_spec, get_server_spec
+from tests.support import leaks
 
 URL_ENV = "REDISLOCK_TEST_REDIS_URL"
 DB_ENV = "REDISLOCK_TEST_DB"
@@ -65,6 +67,8 @@ registry = ServerRegistry()
 #: The server behind ``CACHES["default"]``, or None when the URL came from the environment.
 default_server: RedisServer | None = None
 _run_dir: str | None = None
+#: The mark of the processes this run starts, when this pytest process set it (see leaks.py).
+_run_mark: str | None = None
 _saved_env: dict[str, str | None] = {}
 
 
@@ -75,13 +79,16 @@ def _set_env(name: str, value: str) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
-    global default_server, _run_dir
+    global default_server, _run_dir, _run_mark
     namespace = early_config.known_args_namespace
     if getattr(namespace, "help", False) or getattr(namespace, "version", False):
         return
     if _run_dir is not None:  # already done (pytest.main() called twice in one process)
         return
     _run_dir = tempfile.mkdtemp(prefix="redislock-testrun-")
+    if not os.environ.get(leaks.MARK_ENV):  # else an outer pytest process (xdist) checks
+        _run_mark = uuid.uuid4().hex
+        _set_env(leaks.MARK_ENV, _run_mark)
     if os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get(OWNER_ENV):
         # An xdist worker inherited its controller's server and database: every test
         # flushes the server, so each worker needs its own of both.
@@ -105,6 +112,30 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         f"redislock: servers available: {names}",
         f"redislock: default cache at {os.environ.get(URL_ENV)} ({where})",
     ]
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Fail the run if a process it started is still running (after its own servers went)."""
+    global _run_mark
+    if _run_mark is None:
+        return
+    mark, _run_mark = _run_mark, None
+    registry.close_all()
+    left = leaks.left_running(mark)
+    if not left:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    lines = [f"{len(left)} process(es) started by this run were still running (now killed):"]
+    lines += [f"  {leak}" for leak in left]
+    if reporter is not None:
+        reporter.ensure_newline()
+        reporter.write_sep("=", "processes left behind", red=True, bold=True)
+        for line in lines:
+            reporter.write_line(line, red=True)
+    else:
+        print("\n".join(lines))
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -124,7 +124,8 @@ class Command(BaseCommand):
             "--grace",
             type=float,
             default=10.0,
-            help="Seconds between SIGTERM and SIGKILL when the lock is lost (default 10).",
+            help="Seconds between SIGTERM and SIGKILL when the lock is lost, and for what "
+            "the command leaves running in its process group (default 10).",
         )
         # Filled by run_from_argv from what follows "--" (argparse cannot do it: a
         # positional after NAME would swallow the options, or be matched empty at NAME).
