@@ -12,6 +12,7 @@ urlpatterns = [
     path("command/", views.command, name="command"),
     path("contention/", views.contention, name="contention"),
     path("election/", views.election, name="election"),
+    path("election/status.json", views.election_status, name="election-status"),
     path("election/kill/", views.election_kill, name="election-kill"),
     path("election/join/", views.election_join, name="election-join"),
     path("celery/", views.celery_page, name="celery"),

@@ -17,7 +17,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
@@ -223,19 +223,45 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def election(request: HttpRequest) -> HttpResponse:
+def _election_status() -> dict[str, Any]:
+    """What the election page shows: rendered once by the page, then fetched every second."""
     info = lock_info(ELECTION)
+    leader = None
+    if info is not None:
+        ttl = round(info.ttl, 1) if info.ttl is not None else None
+        leader = {"label": info.purpose, "pid": info.owner.pid, "term": info.fence, "ttl": ttl}
+    candidates = [
+        {
+            "label": c["label"],
+            "pid": c["pid"],
+            "state": (
+                "killed"
+                if not c["alive"]
+                else "leader"
+                if leader and leader["label"] == c["label"]
+                else "waiting"
+            ),
+        }
+        for c in _candidates()
+    ]
     events_file = election_dir() / "events.log"
     lines = events_file.read_text().splitlines()[-12:] if events_file.exists() else []
     events = []
     for line in reversed(lines):
         stamp, label, text = line.split(" ", 2)
-        events.append({"at": dt.datetime.fromtimestamp(float(stamp)), "who": label, "text": text})
-    return render(
-        request,
-        "demo/election.html",
-        {"leader": info, "candidates": _candidates(), "events": events, "name": ELECTION},
-    )
+        at = dt.datetime.fromtimestamp(float(stamp)).strftime("%H:%M:%S")
+        events.append({"at": at, "who": label, "text": text})
+    return {"leader": leader, "candidates": candidates, "events": events}
+
+
+def election(request: HttpRequest) -> HttpResponse:
+    return render(request, "demo/election.html", {**_election_status(), "name": ELECTION})
+
+
+def election_status(request: HttpRequest) -> JsonResponse:
+    """The page's status part as JSON: the page refreshes it without reloading (a click
+    on "Kill the leader" landing during a reload used to be lost)."""
+    return JsonResponse(_election_status())
 
 
 @require_POST
