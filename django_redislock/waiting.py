@@ -34,6 +34,17 @@ from .wakeups import Wakeup, decode
 
 logger = logging.getLogger("django_redislock.waiting")
 
+# The wake-up pipe is non-blocking and read and written with the OS's own calls:
+# eventlet's monkey-patched os.read / os.write wait on an empty or full pipe instead of
+# raising BlockingIOError (the subscriber then hung in a read, and waiters piled up
+# writing). posix's are never patched; elsewhere (Windows) os's are the OS's own.
+try:
+    from posix import read as _fd_read
+    from posix import write as _fd_write
+except ImportError:  # pragma: no cover - not POSIX
+    from os import read as _fd_read
+    from os import write as _fd_write
+
 #: Keep a channel subscribed this long after its last waiter left, so a busy
 #: lock does not pay a SUBSCRIBE round trip per contended acquire.
 LINGER_SECONDS = 5.0
@@ -206,7 +217,7 @@ class _AliasListener:
     def _poke(self) -> None:
         # A full pipe (BlockingIOError) means the thread is being woken anyway.
         with contextlib.suppress(BlockingIOError):
-            os.write(self._wake_w, b"x")
+            _fd_write(self._wake_w, b"x")
 
     def _ensure_thread(self) -> None:
         if self._thread is None or not self._thread.is_alive():
@@ -258,11 +269,9 @@ class _AliasListener:
         self._drain_pipe()
 
     def _drain_pipe(self) -> None:
-        try:
-            while os.read(self._wake_r, 4096):
+        with contextlib.suppress(BlockingIOError):
+            while _fd_read(self._wake_r, 4096):
                 pass
-        except BlockingIOError:
-            pass
 
     def _serve(self) -> None:
         from .connection import pubsub_client

@@ -4,8 +4,6 @@ the lock server. Workers are started once for the module; each test uses its own
 
 from __future__ import annotations
 
-import itertools
-import os
 import signal
 import subprocess
 import sys
@@ -21,17 +19,27 @@ from django_redislock import LockLost, LockNotAcquired, force_release
 from django_redislock.contrib.celery import LockedTask, is_skipped
 from django_redislock.testing import RedisServer
 from tests.support import celery_app
+from tests.support.celery_runs import (
+    REPO,
+    RESULT_TIMEOUT,
+    enqueue,
+    outcomes,
+    overlaps,
+    read_log,
+    runs,
+    start_worker,
+    stop_workers,
+    worker_env,
+)
 from tests.support.fencing_workers import create_database, read_row
 from tests.support.polling import wait_until
 
-REPO = Path(__file__).resolve().parents[1]
 #: The third worker alone also consumes the queue ``prefork``: hard time limits need it.
 POOLS = (
     ["-P", "solo"],
     ["-P", "threads", "-c", "2"],
     ["-P", "prefork", "-c", "2", "-Q", "celery,prefork"],
 )
-RESULT_TIMEOUT = 60
 
 
 @dataclass
@@ -41,67 +49,20 @@ class Workers:
     procs: list[subprocess.Popen[bytes]]
 
 
-def _start_worker(pool: list[str], env: dict[str, str], index: Any) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "tests.support.celery_app",
-            "worker",
-            *pool,
-            "-n",
-            f"w{index}-{os.getpid()}@%h",
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-            "-l",
-            "warning",
-        ],
-        env=env,
-        cwd=REPO,
-    )
-
-
-def _worker_env(server: RedisServer, db: Path, **extra: str) -> dict[str, str]:
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(REPO),
-        celery_app.URL_ENV: server.url,
-        celery_app.DB_ENV: str(db),
-        **extra,
-    }
-    env.pop("DJANGO_SETTINGS_MODULE", None)
-    return env
-
-
-def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
-    for proc in procs:
-        if proc.poll() is None:
-            proc.terminate()
-    for proc in procs:
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-
-
 @pytest.fixture(scope="module")
 def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
     server = RedisServer().start()
     db = tmp_path_factory.mktemp("celery") / "accounts.sqlite3"
     create_database(str(db))
-    env = _worker_env(server, db)
+    env = worker_env(server, db)
     celery_app.configure(server.url)
-    procs = [_start_worker(pool, env, i) for i, pool in enumerate(POOLS)]
+    procs = [start_worker(pool, env, i) for i, pool in enumerate(POOLS)]
     try:
         # every worker answers a ping
         assert wait_until(lambda: len(celery_app.app.control.ping(timeout=0.5)) == len(POOLS), 60)
         yield Workers(server, db, procs)
     finally:
-        _stop(procs)
+        stop_workers(procs)
         server.close()
 
 
@@ -112,52 +73,6 @@ def celery(workers: Workers, settings: Any, tmp_path: Path) -> Iterator[Workers]
     caches["default"] = {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": workers.server.url}
     settings.CACHES = caches
     yield workers
-
-
-@dataclass(frozen=True)
-class Run:
-    task_id: str
-    pid: int
-    start: int
-    end: int
-    fence: str
-
-
-def read_log(path: Path) -> list[list[str]]:
-    if not path.exists():
-        return []
-    return [line.split() for line in path.read_text().splitlines()]
-
-
-def runs(path: Path) -> list[Run]:
-    """The critical sections in the log, by start time."""
-    started: dict[str, list[str]] = {}
-    done = []
-    for event, stamp, pid, task_id, *rest in read_log(path):
-        if event == "start":  # a redelivered message runs again under the same task id
-            started[pid + task_id] = [stamp, pid, *rest]
-        elif event == "end":
-            first, pid0, *detail = started.pop(pid + task_id)
-            done.append(Run(task_id, int(pid0), int(first), int(stamp), " ".join(detail)))
-    return sorted(done, key=lambda run: run.start)
-
-
-def overlaps(sections: list[Run]) -> list[str]:
-    """Every pair of sections that ran at the same time (they should run one at a time)."""
-    problems = []
-    for before, after in itertools.pairwise(sections):
-        if after.start < before.end:
-            problems.append(f"{after.task_id} started before {before.task_id} ended")
-    return problems
-
-
-def enqueue(task: Any, count: int, log: Path, seconds: float, key: str | None = None) -> list[Any]:
-    key = key or uuid.uuid4().hex[:8]
-    return [task.delay(key, str(log), seconds) for _ in range(count)]
-
-
-def outcomes(results: list[Any]) -> list[Any]:
-    return [result.get(timeout=RESULT_TIMEOUT, propagate=False) for result in results]
 
 
 def test_the_overlap_checker_catches_unlocked_runs(celery: Workers, tmp_path: Path) -> None:
@@ -396,9 +311,9 @@ def spare_workers(celery: Workers) -> Iterator[Any]:
     started: list[subprocess.Popen[bytes]] = []
 
     def start(queue: str, count: int = 1, **extra: str) -> list[subprocess.Popen[bytes]]:
-        env = _worker_env(celery.server, celery.db, **extra)
+        env = worker_env(celery.server, celery.db, **extra)
         procs = [
-            _start_worker(["-P", "solo", "-Q", queue], env, f"{queue}{i}") for i in range(count)
+            start_worker(["-P", "solo", "-Q", queue], env, f"{queue}{i}") for i in range(count)
         ]
         started.extend(procs)
         total = len(POOLS) + len(started)
@@ -496,7 +411,7 @@ def test_one_celery_beat_at_a_time_under_redislock_run(celery: Workers, tmp_path
 
     from django_redislock import lock_info
 
-    env = {**_worker_env(celery.server, celery.db), "REDISLOCK_TEST_REDIS_URL": celery.server.url}
+    env = {**worker_env(celery.server, celery.db), "REDISLOCK_TEST_REDIS_URL": celery.server.url}
     beat = ["--", sys.executable, "-m", "celery", "-A", "tests.support.celery_app", "beat"]
     run = [sys.executable, "manage.py", "redislock", "run"]
 

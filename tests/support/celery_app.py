@@ -14,6 +14,7 @@ Each task body appends lines to a log file it is given (one ``os.write`` on an
 from __future__ import annotations
 
 import os
+import threading
 import time
 from typing import Any
 
@@ -39,8 +40,18 @@ app.conf.update(
 
 
 def configure(url: str) -> None:
-    """Broker and result backend on the server at ``url``."""
+    """Broker and result backend on the server at ``url``.
+
+    Each test module has a server of its own; one xdist worker may run several modules,
+    so the connections and the result backend cached for the last server (closed by now)
+    are dropped (Celery's own reset after fork, plus the backend it keeps per thread).
+    """
     app.conf.update(broker_url=url, result_backend=url)
+    if app._pool is not None:
+        app._pool.force_close_all()
+    app._after_fork()
+    app._backend_cache = None
+    app._local = threading.local()
 
 
 #: Seconds after which the broker hands an unacknowledged message to another worker (set
@@ -104,6 +115,14 @@ def wait_task(self: Any, key: str, log: str, seconds: float) -> int | None:
 def retry_task(self: Any, key: str, log: str, seconds: float) -> int | None:
     log_event(log, "attempt", self, self.request.retries)
     return _section(self, key, log, seconds)
+
+
+@app.task
+def socket_module() -> str:
+    """Where the worker's ``socket.socket`` comes from: ``gevent...`` once patched."""
+    import socket
+
+    return str(socket.socket.__module__)
 
 
 @app.task(bind=True)
