@@ -163,11 +163,12 @@ def run_locked(options: RunOptions, say: Callable[[str], None], warn: Callable[[
         lost = _supervise(child, lock, wake, options.grace, warn)
         # What the child left running in its process group goes before the lock does.
         _stop_leftovers(child.pid, options.grace, warn)
-    # The child and its group are gone: only now may the next holder start.
-    try:
-        lock.release()
-    except LockNotOwned:
-        lost = True
+        # The child and its group are gone: only now may the next holder start. (Still
+        # inside the handlers: a late SIGTERM must not kill us before the release.)
+        try:
+            lock.release()
+        except LockNotOwned:
+            lost = True
     if lost:
         warn(f"Lost lock {options.name!r} while the command ran; it was stopped.")
         return EXIT_LOST
@@ -225,9 +226,10 @@ def _stop(child: subprocess.Popen[bytes], grace: float, warn: Callable[[str], No
         child.wait()
 
 
-def _kill_group(group: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(group, signal.SIGKILL)
+def _kill_group(group: int, sig: int = signal.SIGKILL) -> None:
+    # PermissionError: a member runs as another user (setuid); the rest still get it.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(group, sig)
 
 
 def _stop_leftovers(group: int, grace: float, warn: Callable[[str], None]) -> None:
@@ -243,10 +245,7 @@ def _stop_leftovers(group: int, grace: float, warn: Callable[[str], None]) -> No
         "The command exited leaving processes in its process group: SIGTERM"
         f" (SIGKILL after {grace:g}s)."
     )
-    try:
-        os.killpg(group, signal.SIGTERM)
-    except ProcessLookupError:
-        return
+    _kill_group(group, signal.SIGTERM)
     # Not our children: nothing to wait on but their absence.
     if _until_gone(group, grace):
         return

@@ -230,7 +230,7 @@ def test_a_sigterm_as_the_child_starts_never_orphans_it():
     import psutil
 
     for attempt in range(5):
-        proc = start(f"race-{attempt}", "--ttl", "2", "--", sys.executable, "-c", "input()")
+        proc = start(f"race-{attempt}", "--ttl", "2", *child("import time; time.sleep(600)"))
         supervisor = psutil.Process(proc.pid)
         assert wait_until(lambda supervisor=supervisor: supervisor.children(), 30, 0.001)
         children = supervisor.children()
