@@ -209,3 +209,38 @@ def _config_problems(alias: str, values: dict[str, str]) -> list[CheckMessage]:
             )
         )
     return messages
+
+
+@register(Tags.caches)
+def check_cache_lock_clients(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """A cache with ``CLIENT_CLASS`` ``RedisLockClient`` must be a django-redis cache."""
+    from django.utils.module_loading import import_string
+
+    from .compat import CLIENT_CLASS
+
+    messages: list[CheckMessage] = []
+    for alias, conf in (getattr(settings, "CACHES", None) or {}).items():
+        options = conf.get("OPTIONS") or {}
+        if not isinstance(options, dict) or options.get("CLIENT_CLASS") != CLIENT_CLASS:
+            continue
+        backend = str(conf.get("BACKEND", ""))
+        try:
+            from django_redis.cache import RedisCache
+
+            ok = issubclass(import_string(backend), RedisCache)
+        except ImportError:
+            ok = False
+        if not ok:
+            messages.append(
+                Error(
+                    f"Cache {alias!r} sets CLIENT_CLASS {CLIENT_CLASS!r}, but its BACKEND "
+                    f"{backend!r} is not django-redis's RedisCache (or a subclass): its "
+                    "lock() is not this library's (Django's own Redis cache has no lock()).",
+                    hint="Use BACKEND 'django_redis.cache.RedisCache' (django-prometheus's "
+                    "'django_prometheus.cache.backends.redis.RedisCache' works too), or take "
+                    "locks with django_redislock.Lock(name, connection=...).",
+                    obj=f"settings.CACHES[{alias!r}]",
+                    id="redislock.E007",
+                )
+            )
+    return messages

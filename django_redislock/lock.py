@@ -170,6 +170,10 @@ class BaseLock:
         return dt.datetime.fromtimestamp(self._acquired_wall, dt.timezone.utc)
 
     # -- hooks for subclasses ---------------------------------------------
+    def _new_token(self) -> str:
+        """The token of the next acquire (``compat.CacheLock`` lets the caller choose it)."""
+        return new_token()
+
     def _do_acquire(self, token: str) -> Attempt:
         """Try once: granted with the fence, or refused with the holder's pttl in ms."""
         raise NotImplementedError
@@ -621,7 +625,7 @@ class _Attempts:
     def __init__(self, lock: BaseLock, wait_for: float | None, loop: Any = None) -> None:
         self.lock = lock
         self.loop = loop
-        self.token = new_token()
+        self.token = lock._new_token()
         self.first = clock()
         self.deadline = None if wait_for is None else self.first + wait_for
         self.alias = lock._wake_alias()

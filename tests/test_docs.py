@@ -38,6 +38,7 @@ MY_PAGES = [
     "docs/election.md",
     "docs/celery.md",
     "docs/changelog.md",
+    "docs/migrating-from-cache-lock.md",
 ]
 #: Pages other parts of the project write; a link to one that is missing is reported, not
 #: failed, until it lands.
@@ -601,3 +602,38 @@ def test_celery_queued_example(lock_backend: Any) -> None:
     marker.release()
     with Lock("export:3"), pytest.raises(LockNotAcquired, match="not by a queued task"):
         request_export(3)
+
+
+# -- docs/migrating-from-cache-lock.md -----------------------------------------------------------
+
+MIGRATING = "docs/migrating-from-cache-lock.md"
+
+
+def test_migrating_settings_switch_the_default_cache() -> None:
+    caches = run_example(MIGRATING, "settings")["CACHES"]
+    options = caches["default"]["OPTIONS"]
+    assert options["CLIENT_CLASS"] == "django_redislock.compat.RedisLockClient"
+
+
+def test_migrating_usage_runs_on_the_switched_cache(settings: Any) -> None:
+    from django_redislock.compat import CacheLock
+
+    default = dict(settings.CACHES["default"])
+    default["OPTIONS"] = {
+        **default.get("OPTIONS", {}),
+        "CLIENT_CLASS": "django_redislock.compat.RedisLockClient",
+    }
+    settings.CACHES = {**settings.CACHES, "default": default}
+    rebuild = run_example(MIGRATING, "usage")["rebuild_price_list"]
+    fences: list[int] = []
+    assert rebuild(lambda fence: fences.append(fence) or "built") == "built"
+    from django.core.cache import cache
+
+    holder = cache.lock("price-list:rebuild")
+    assert isinstance(holder, CacheLock)
+    with holder:  # busy: the example's LockError branch (after its 5 s blocking_timeout)
+        started = time.monotonic()
+        assert rebuild(lambda fence: "built") is None
+        assert time.monotonic() - started >= 5
+    assert rebuild(lambda fence: fences.append(fence) or "again") == "again"
+    assert fences[1] > fences[0]
