@@ -19,7 +19,15 @@ from bench.adapters import Target, django_settings, ours_skip_reason, setup_djan
 from bench.context import Context
 from bench.proxies import ProxyGroup
 from bench.report import Section, render_report, write_chart
-from bench.scenarios import contended, inspection, memory, redlock, uncontended, watchdog
+from bench.scenarios import (
+    contended,
+    gunicorn_view,
+    inspection,
+    memory,
+    redlock,
+    uncontended,
+    watchdog,
+)
 from bench.servers import Server, server_version, start_server
 from bench.warm import warm_cpus
 
@@ -30,6 +38,7 @@ SCENARIOS: dict[str, tuple[str, Callable[[Context], Section]]] = {
     "4": ("watchdog", watchdog.run),
     "5": ("inspection", inspection.run),
     "6": ("memory", memory.run),
+    "7": ("gunicorn", gunicorn_view.run),
 }
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "latest.md"
@@ -54,7 +63,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         nargs="+",
         default=list(SCENARIOS),
         help="numbers or names: 1 uncontended, 2 contended, 3 redlock, "
-        "4 watchdog, 5 inspection, 6 memory (default: all)",
+        "4 watchdog, 5 inspection, 6 memory, 7 gunicorn (default: all)",
     )
     parser.add_argument(
         "--server",

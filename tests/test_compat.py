@@ -300,6 +300,8 @@ def test_backend_failures_stay_distinct(settings: Any) -> None:
     [
         ("django_redis.cache.RedisCache", []),
         ("django.core.cache.backends.redis.RedisCache", ["redislock.E007"]),
+        ("django_prometheus.cache.backends.redis.RedisCache", []),
+        ("django_prometheus.cache.backends.redis.NativeRedisCache", ["redislock.E007"]),
         ("no.such.Backend", ["redislock.E007"]),
     ],
 )
@@ -315,3 +317,19 @@ def test_the_system_check_names_a_cache_without_lock(
     found = check_cache_lock_clients()
     assert [m.id for m in found] == errors
     assert all("'locks'" in m.msg and "django_redis.cache.RedisCache" in m.hint for m in found)
+
+
+def test_the_setting_works_on_django_prometheus_redis_cache(settings: Any) -> None:
+    location = settings.CACHES["default"]["LOCATION"]
+    backend = "django_prometheus.cache.backends.redis.RedisCache"
+    settings.CACHES = {
+        **settings.CACHES,
+        "metered": {**_cache_settings(location), "BACKEND": backend},
+    }
+    cache = caches["metered"]
+    assert type(cache).__module__ == "django_prometheus.cache.backends.redis"
+    cache.set("counted", 1)  # the backend's own methods still work
+    assert cache.get("counted") == 1
+    with cache.lock("metered-lock", timeout=10) as lock:
+        assert isinstance(lock, CacheLock)
+        assert [i.purpose for i in held_locks() if i.name == "metered-lock"] == ["cache.lock"]
