@@ -58,7 +58,3 @@ def parse_holder(description: str) -> dict[str, str]:
     """The fields of a :func:`holder_description` string."""
     return dict(zip(HOLDER_FIELDS, description.split(SEPARATOR), strict=False))
 
-
-def holder_fields(purpose: str | None, watchdog: bool, ttl_ms: int) -> list[str]:
-    """The holder argument(s) of scripts/acquire.lua (ARGV[4])."""
-    return [holder_description(purpose, watchdog, ttl_ms)]

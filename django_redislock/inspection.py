@@ -17,8 +17,8 @@ from .connection import lock_client
 from .exceptions import LockBackendUnavailable, RedisLockError
 from .holder import parse_holder
 from .keys import LockKeys, name_from_key, validate_name, validate_prefix
+from .kinds import Mutex
 from .lock import is_unreachable
-from .scripts import FORCE_RELEASE
 
 
 @dataclass(frozen=True)
@@ -186,9 +186,8 @@ def force_release_holder(
         last = attempt == _FORCE_RELEASE_ATTEMPTS
         expected = "" if last and token is None else info.token
         try:
-            result = FORCE_RELEASE(
-                lock_client(alias), [keys.key, keys.meta], [keys.channel, expected]
-            )
+            op = Mutex(keys).force_release(expected)
+            result = op.parse(op.script(lock_client(alias), op.keys, op.args))
         except RedisError as exc:
             raise _unavailable(alias, name, exc) from exc
         if result == 1:

@@ -34,9 +34,8 @@ from .exceptions import (
     LockNotOwned,
     RedisLockError,
 )
-from .holder import holder_description
 from .keys import LockKeys, ttl_milliseconds, validate_name, validate_prefix, validate_seconds
-from .scripts import ACQUIRE, EXTEND, RELEASE, UNCLAIM
+from .kinds import Mutex, Operation
 from .transactions import defer_release_to_commit
 
 acquire_logger = logging.getLogger("django_redislock.acquire")
@@ -144,6 +143,8 @@ class BaseLock:
         self.last_holder_ttl: float | None = None
         #: ms the current acquire has waited (sent with each attempt: longest waiter first).
         self._waited_ms = 0
+        #: This lock's operations (its kind's scripts on its keys), set by the subclass.
+        self.ops: Mutex
 
     @property
     def lost(self) -> bool:
@@ -767,31 +768,21 @@ class Lock(BaseLock):
             if wait_timeout is None
             else validate_seconds(wait_timeout, "wait_timeout", allow_zero=False)
         )
-
-    # Arguments of the scripts, built once per lock object.
-    def _acquire_args(self, token: str) -> tuple[list[str], list[Any]]:
-        keys = self.keys
         # No claims (so no hand-over) when every holder must WAIT for replicas.
-        claim = [] if self.wait_replicas else [keys.claim]
-        return [keys.key, keys.fence, keys.meta, *claim], [
-            token,
-            self._ttl_ms,
-            "1" if self.fencing else "0",
-            holder_description(self.purpose, self.watchdog, self._ttl_ms),
-            self._waited_ms,
-            CLAIM_MS,
-        ]
-
-    def _unclaim_call(self, token: str) -> tuple[list[str], list[str]]:
-        keys = self.keys
-        return [keys.claim, keys.key, keys.meta], [token, keys.channel]
+        self.ops = Mutex(
+            self.keys,
+            ttl_ms=self._ttl_ms,
+            fencing=self.fencing,
+            purpose=self.purpose,
+            watchdog=self.watchdog,
+            claim_ms=None if wait_replicas else CLAIM_MS,
+        )
 
     def _do_unclaim(self, token: str) -> None:
-        UNCLAIM(self._client(), *self._unclaim_call(token))
+        _send(self._client(), self.ops.unclaim(token))
 
     async def _ado_unclaim(self, token: str) -> None:
-        client = await async_lock_client(self.connection)
-        await UNCLAIM.acall(client, *self._unclaim_call(token))
+        await _asend(await async_lock_client(self.connection), self.ops.unclaim(token))
 
     def _wake_alias(self) -> str | None:
         return self.connection if get_config()["PUBSUB_WAKEUP"] else None
@@ -814,35 +805,28 @@ class Lock(BaseLock):
         return lock_client(self.connection)
 
     def _do_acquire(self, token: str) -> Attempt:
-        keys, args = self._acquire_args(token)
+        op = self.ops.acquire(token, self._waited_ms)
         if self.wait_replicas:
-            return self._acquire_replicated(token, keys, args)
-        return parse_acquire(ACQUIRE(self._client(), keys, args))
-
-    def _release_keys(self) -> list[str]:
-        keys = self.keys
-        return [keys.key, keys.meta, keys.claim, keys.fence]
+            return self._acquire_replicated(token, op)
+        return parse_acquire(_send(self._client(), op))
 
     def _do_release(self, token: str) -> bool:
-        return RELEASE(self._client(), self._release_keys(), [token, self.keys.channel]) == 1
+        return bool(_send(self._client(), self.ops.release(token)))
 
     def _do_extend(self, token: str, ttl_ms: int) -> bool:
-        keys = [self.keys.key, self.keys.meta]
+        op = self.ops.extend(token, ttl_ms)
         if self.wait_replicas:
-            return self._extend_replicated(token, keys, ttl_ms)
-        return EXTEND(self._client(), keys, [token, ttl_ms]) == 1
+            return self._extend_replicated(op)
+        return bool(_send(self._client(), op))
 
     def _do_cleanup(self, token: str) -> None:
         self._do_release(token)
 
     def _holder_fence(self, token: str) -> int | None:
-        pipe = self._client().pipeline(transaction=True)  # one slot: {name} hash tag
-        pipe.get(self.keys.key)
-        pipe.hget(self.keys.meta, "fence")
-        holder, fence = pipe.execute()
-        if holder is None or holder.decode() != token:
+        holder = _send(self._client(), self.ops.read_holder())
+        if holder is None or holder.token != token:
             return None
-        return int(fence or 0)
+        return holder.fence
 
     def _renew_group(self) -> Any:
         return ("lock", self.connection)
@@ -855,13 +839,14 @@ class Lock(BaseLock):
         try:
             client = first._client()
             pipe = client.pipeline(transaction=False)
-            for lock, token in batch:
-                pipe.evalsha(EXTEND.sha, 2, lock.keys.key, lock.keys.meta, token, lock._ttl_ms)
+            ops = [lock.ops.extend(token) for lock, token in batch]
+            for op in ops:
+                pipe.evalsha(op.script.sha, len(op.keys), *op.keys, *op.args)
             results = pipe.execute(raise_on_error=False)
         except Exception as exc:  # the whole round trip failed: each lock retries
             return [exc] * len(batch)
         outcomes: list[Any] = []
-        for (lock, token), result in zip(batch, results, strict=True):
+        for (lock, token), op, result in zip(batch, ops, results, strict=True):
             if isinstance(result, Exception):
                 try:  # NOSCRIPT after a restart: run it the slow way once
                     result = lock._do_extend(token, lock._ttl_ms)
@@ -869,36 +854,32 @@ class Lock(BaseLock):
                     result = exc
                 outcomes.append(result)
             else:
-                outcomes.append(result == 1)
+                outcomes.append(op.parse(result))
         return outcomes
 
     def _orphan_release(self, token: str) -> Callable[[], Any]:
-        alias, keys, release_keys = self.connection, self.keys, self._release_keys()
+        alias, op = self.connection, self.ops.release(token)
 
         def release() -> Any:
-            return RELEASE(lock_client(alias), release_keys, [token, keys.channel])
+            return _send(lock_client(alias), op)
 
         return release
 
     async def _ado_acquire(self, token: str) -> Attempt:
-        keys, args = self._acquire_args(token)
+        op = self.ops.acquire(token, self._waited_ms)
         if self.wait_replicas:
-            return await self._aacquire_replicated(token, keys, args)
-        return parse_acquire(
-            await ACQUIRE.acall(await async_lock_client(self.connection), keys, args)
-        )
+            return await self._aacquire_replicated(token, op)
+        return parse_acquire(await _asend(await async_lock_client(self.connection), op))
 
     async def _ado_release(self, token: str) -> bool:
         client = await async_lock_client(self.connection)
-        return await RELEASE.acall(client, self._release_keys(), [token, self.keys.channel]) == 1
+        return bool(await _asend(client, self.ops.release(token)))
 
     async def _ado_extend(self, token: str, ttl_ms: int) -> bool:
-        keys = [self.keys.key, self.keys.meta]
+        op = self.ops.extend(token, ttl_ms)
         if self.wait_replicas:
-            return await self._aextend_replicated(token, keys, ttl_ms)
-        return (
-            await EXTEND.acall(await async_lock_client(self.connection), keys, [token, ttl_ms]) == 1
-        )
+            return await self._aextend_replicated(op)
+        return bool(await _asend(await async_lock_client(self.connection), op))
 
     async def _ado_cleanup(self, token: str) -> None:
         await self._ado_release(token)
@@ -952,10 +933,10 @@ class Lock(BaseLock):
     def _wait_ms(self) -> int:
         return replication.wait_timeout_ms(self.wait_timeout, self.ttl)
 
-    def _acquire_replicated(self, token: str, keys: list[str], args: list[Any]) -> Attempt:
+    def _acquire_replicated(self, token: str, op: Operation) -> Attempt:
         ms = self._wait_ms()
         reply, acked = replication.call_and_wait(
-            self._client(), ACQUIRE, keys, args, self.wait_replicas, ms
+            self._client(), op.script, op.keys, op.args, self.wait_replicas, ms
         )
         attempt = parse_acquire(reply)
         if attempt.granted and acked < self.wait_replicas:
@@ -963,11 +944,11 @@ class Lock(BaseLock):
             raise replication.not_acked(self.name, acked, self.wait_replicas, ms)
         return attempt
 
-    async def _aacquire_replicated(self, token: str, keys: list[str], args: list[Any]) -> Attempt:
+    async def _aacquire_replicated(self, token: str, op: Operation) -> Attempt:
         ms = self._wait_ms()
         client = await async_lock_client(self.connection)
         reply, acked = await replication.acall_and_wait(
-            self.connection, client, ACQUIRE, keys, args, self.wait_replicas, ms
+            self.connection, client, op.script, op.keys, op.args, self.wait_replicas, ms
         )
         attempt = parse_acquire(reply)
         if attempt.granted and acked < self.wait_replicas:
@@ -975,24 +956,23 @@ class Lock(BaseLock):
             raise replication.not_acked(self.name, acked, self.wait_replicas, ms)
         return attempt
 
-    def _extend_replicated(self, token: str, keys: list[str], ttl_ms: int) -> bool:
+    def _extend_replicated(self, op: Operation) -> bool:
         ms = self._wait_ms()
         result, acked = replication.call_and_wait(
-            self._client(), EXTEND, keys, [token, ttl_ms], self.wait_replicas, ms
+            self._client(), op.script, op.keys, op.args, self.wait_replicas, ms
         )
-        if result != 1:
-            return False
-        if acked < self.wait_replicas:
-            raise replication.extend_not_acked(self.name, acked, self.wait_replicas, ms)
-        return True
+        return self._replicated_extend_outcome(op.parse(result), acked, ms)
 
-    async def _aextend_replicated(self, token: str, keys: list[str], ttl_ms: int) -> bool:
+    async def _aextend_replicated(self, op: Operation) -> bool:
         ms = self._wait_ms()
         client = await async_lock_client(self.connection)
         result, acked = await replication.acall_and_wait(
-            self.connection, client, EXTEND, keys, [token, ttl_ms], self.wait_replicas, ms
+            self.connection, client, op.script, op.keys, op.args, self.wait_replicas, ms
         )
-        if result != 1:
+        return self._replicated_extend_outcome(op.parse(result), acked, ms)
+
+    def _replicated_extend_outcome(self, extended: bool, acked: int, ms: int) -> bool:
+        if not extended:
             return False
         if acked < self.wait_replicas:
             raise replication.extend_not_acked(self.name, acked, self.wait_replicas, ms)
@@ -1008,6 +988,14 @@ class Lock(BaseLock):
             except Exception as exc:
                 outcomes.append(exc)
         return outcomes
+
+
+def _send(client: Any, op: Operation) -> Any:
+    return op.parse(op.script(client, op.keys, op.args))
+
+
+async def _asend(client: Any, op: Operation) -> Any:
+    return op.parse(await op.script.acall(client, op.keys, op.args))
 
 
 def parse_acquire(reply: Any) -> Attempt:

@@ -48,10 +48,9 @@ from . import lock as lock_module
 from .conf import get_config
 from .connection import async_lock_client, park_inherited
 from .exceptions import LockBackendUnavailable, LockConfigurationError, RedisLockError
-from .holder import holder_fields
-from .keys import LockKeys, ttl_milliseconds, validate_seconds
+from .keys import ttl_milliseconds, validate_seconds
+from .kinds import Mutex, Operation
 from .lock import UNREACHABLE, Attempt, BaseLock, new_token
-from .scripts import ACQUIRE, EXTEND, FENCE_RAISE, RELEASE
 
 logger = logging.getLogger("django_redislock.redlock")
 acquire_logger = lock_module.acquire_logger
@@ -241,8 +240,9 @@ async def _scatter(
     return results, tasks
 
 
-def _script_op(script: Any, keys: Sequence[str], args: Sequence[Any]) -> leases.Op:
-    return leases.ScriptOp(script, keys, args)
+def _script_op(op: Operation) -> leases.Op:
+    # The raw replies are gathered: a node's reply is counted, not parsed.
+    return leases.ScriptOp(op.script, op.keys, op.args)
 
 
 def _count(results: dict[str, Any], value: Any) -> int:
@@ -263,13 +263,12 @@ def _describe(exc: BaseException | None) -> str:
 
 async def _release_on(
     aliases: Sequence[str],
-    keys: LockKeys,
-    token: str,
+    op: Operation,
     deadlines: Deadlines,
     inflight: dict[str, asyncio.Future[Any]] | None,
     quorum: int,
 ) -> tuple[int, dict[str, Any]]:
-    """Compare-and-delete ``token`` on every node; (released count, results).
+    """Compare-and-delete (``op``: the kind's release) on every node; (released count, results).
 
     Gathers until a majority released, a majority said "not ours", or every node
     answered or timed out: a release is judged on what each node said.
@@ -278,8 +277,7 @@ async def _release_on(
     def enough(results: dict[str, Any]) -> bool:
         return _count(results, 1) >= quorum or _count(results, 0) >= quorum
 
-    op = _script_op(RELEASE, [keys.key, keys.meta], [token, keys.channel])
-    results, _ = await _scatter(aliases, op, deadlines, inflight, enough)
+    results, _ = await _scatter(aliases, _script_op(op), deadlines, inflight, enough)
     return _count(results, 1), results
 
 
@@ -334,6 +332,16 @@ class Redlock(BaseLock):
         self.connect_timeout = connect_budget(self.ttl, self.node_timeout)
         self._deadlines = Deadlines(self.node_timeout, self.connect_timeout)
         self.drift = clock_drift(self.ttl)
+        # No claims, no hand-over: Redlock waiters take turns by retrying.
+        self.ops = Mutex(
+            self.keys,
+            ttl_ms=self._ttl_ms,
+            fencing=self.fencing,
+            purpose=self.purpose,
+            watchdog=self.watchdog,
+            claim_ms=None,
+            hand_over=False,
+        )
         # This object's last call per node, so the next one queues behind it.
         self._inflight: dict[str, asyncio.Future[Any]] = {}
         # (base token of the acquire call, token of its current attempt, jitter before retry)
@@ -372,21 +380,17 @@ class Redlock(BaseLock):
             self.valid_until -= clock_drift(seconds)
 
     # -- hooks: acquire ---------------------------------------------------------------
-    def _acquire_call(self, base_token: str) -> tuple[str, list[Any], float]:
-        """(attempt token, script args, jitter to sleep first), built in the caller."""
+    def _acquire_call(self, base_token: str) -> tuple[str, Operation, float]:
+        """(attempt token, its acquire operation, jitter to sleep first), built in the caller."""
         previous = self._attempt
         jitter = previous[2] if previous is not None and previous[0] == base_token else 0.0
         token = new_token()
         self._attempt = (base_token, token, 0.0)
-        # No claim key (KEYS[4]): Redlock waiters take turns by retrying, not by hand-over.
-        args: list[Any] = [token, self._ttl_ms, "1" if self.fencing else "0"]
-        args += holder_fields(self.purpose, self.watchdog, self._ttl_ms)
-        args += [0, 0]  # ms waited, claim TTL: unused without a claim key
-        return token, args, jitter
+        return token, self.ops.acquire(token), jitter
 
     def _do_acquire(self, token: str) -> Attempt:
-        attempt, args, jitter = self._acquire_call(token)
-        future = _background().submit(self._try_acquire(token, attempt, args, jitter))
+        attempt, op, jitter = self._acquire_call(token)
+        future = _background().submit(self._try_acquire(token, attempt, op, jitter))
         try:
             return future.result()
         except BaseException:
@@ -402,16 +406,15 @@ class Redlock(BaseLock):
         return callback
 
     async def _ado_acquire(self, token: str) -> Attempt:
-        attempt, args, jitter = self._acquire_call(token)
-        return await self._try_acquire(token, attempt, args, jitter)
+        attempt, op, jitter = self._acquire_call(token)
+        return await self._try_acquire(token, attempt, op, jitter)
 
     async def _try_acquire(
-        self, base_token: str, token: str, args: list[Any], jitter: float
+        self, base_token: str, token: str, op: Operation, jitter: float
     ) -> Attempt:
         if jitter > 0:
             await asyncio.sleep(jitter)
         quorum, total = self.quorum, len(self.connections)
-        keys = [self.keys.key, self.keys.fence, self.keys.meta]
 
         def enough(results: dict[str, Any]) -> bool:
             granted = sum(1 for r in results.values() if _granted(r))
@@ -419,7 +422,7 @@ class Redlock(BaseLock):
 
         started = clock.now()
         results, tasks = await _scatter(
-            self.connections, _script_op(ACQUIRE, keys, args), self._deadlines,
+            self.connections, _script_op(op), self._deadlines,
             self._inflight, enough,
         )  # fmt: skip
         grants = {alias: int(r[1]) for alias, r in results.items() if _granted(r)}
@@ -481,8 +484,7 @@ class Redlock(BaseLock):
         need = self.quorum - (len(grants) - len(lagging))
         if not lagging:
             return need <= 0
-        keys = [self.keys.key, self.keys.fence, self.keys.meta]
-        op = _script_op(FENCE_RAISE, keys, [token, fence])
+        op = _script_op(self.ops.fence_raise(token, fence))
         if need <= 0:
             # Already held on a majority: raise the others too, without waiting.
             await _scatter(lagging, op, self._deadlines, self._inflight, lambda r: True)
@@ -497,7 +499,7 @@ class Redlock(BaseLock):
 
     async def _cleanup(self, token: str, *, wait: bool = True) -> dict[str, asyncio.Future[Any]]:
         """Compare-and-delete ``token`` on every node; with ``wait``, until all answered."""
-        op = _script_op(RELEASE, [self.keys.key, self.keys.meta], [token, self.keys.channel])
+        op = _script_op(self.ops.release(token))
         enough = None if wait else (lambda results: True)
         _, tasks = await _scatter(self.connections, op, self._deadlines, self._inflight, enough)
         for alias, task in tasks.items():
@@ -544,7 +546,7 @@ class Redlock(BaseLock):
         """
         valid, self._releasing_valid = self._releasing_valid, False
         released, results = await _release_on(
-            self.connections, self.keys, token, self._deadlines, self._inflight, self.quorum
+            self.connections, self.ops.release(token), self._deadlines, self._inflight, self.quorum
         )
         if released >= self.quorum:
             return True
@@ -567,7 +569,7 @@ class Redlock(BaseLock):
         def enough(results: dict[str, Any]) -> bool:
             return _count(results, 1) >= quorum or _count(results, 0) > total - quorum
 
-        op = _script_op(EXTEND, [self.keys.key, self.keys.meta], [token, ttl_ms])
+        op = _script_op(self.ops.extend(token, ttl_ms))
         started = clock.now()
         results, _ = await _scatter(self.connections, op, self._deadlines, self._inflight, enough)
         if _count(results, 1) >= quorum:
@@ -603,10 +605,11 @@ class Redlock(BaseLock):
         return await self._extend(token, ttl_ms)
 
     def _orphan_release(self, token: str) -> Callable[[], Any]:
-        aliases, keys, deadlines, quorum = self.connections, self.keys, self._deadlines, self.quorum
+        aliases, deadlines, quorum = self.connections, self._deadlines, self.quorum
+        op = self.ops.release(token)
 
         def release() -> Any:
-            released, _ = _run_sync(_release_on(aliases, keys, token, deadlines, None, quorum))
+            released, _ = _run_sync(_release_on(aliases, op, deadlines, None, quorum))
             return released >= quorum
 
         return release

@@ -20,7 +20,6 @@ import pytest
 from django_redislock import Lock, force_release, held_locks, lock_info
 from django_redislock.connection import lock_client, pubsub_client, scan_clients
 from django_redislock.replication import call_and_wait
-from django_redislock.scripts import ACQUIRE
 from tests.support.cluster import Cluster, cli_spec, cluster_increment_worker
 
 pytestmark = pytest.mark.skipif(
@@ -174,8 +173,8 @@ def test_moved_during_resharding(on_cluster: Cluster) -> None:
     target = next(n for n in on_cluster.nodes if n is not source)
     on_cluster.migrate_slot(on_cluster.keyslot("redislock:{resharded}"), target)
     third = Lock("resharded")
-    keys, args = third._acquire_args("tok")
-    (ok, fence), acked = call_and_wait(lock_client(ALIAS), ACQUIRE, keys, args, 0, 100)
+    op = third.ops.acquire("tok")
+    (ok, fence), acked = call_and_wait(lock_client(ALIAS), op.script, op.keys, op.args, 0, 100)
     assert (ok, fence, acked) == (1, 3, 0)
 
 

@@ -21,7 +21,6 @@ from django_redislock import (
     RedisLockError,
 )
 from django_redislock.holder import parse_holder
-from django_redislock.scripts import ACQUIRE
 
 
 def test_acquire_release_and_state(lock_backend):
@@ -158,10 +157,10 @@ def test_acquire_is_idempotent_for_our_own_token(lock_backend):
     from django_redislock.connection import lock_client
 
     lock = Lock("idem")
-    keys, args = lock._acquire_args("tok")
+    op = lock.ops.acquire("tok")
     client = lock_client("default")
-    assert ACQUIRE(client, keys, args) == [1, 1]
-    assert ACQUIRE(client, keys, args) == [1, 1]
+    assert op.script(client, op.keys, op.args) == [1, 1]
+    assert op.script(client, op.keys, op.args) == [1, 1]
     assert lock_backend.client().get(lock.key + ":fence") == b"1"
 
 

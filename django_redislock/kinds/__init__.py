@@ -1,0 +1,11 @@
+"""Lock kinds: what a kind of lock keeps in Redis and the operations on it.
+
+A kind builds each of its operations as a value (:class:`Operation`: script,
+keys, args, reply parser); a transport (:mod:`django_redislock.transports`)
+decides how it reaches Redis.
+"""
+
+from .mutex import HolderState, Mutex
+from .operation import Operation
+
+__all__ = ["HolderState", "Mutex", "Operation"]

@@ -1,0 +1,141 @@
+"""The mutex kind: one holder at a time. Its keys and every operation on them.
+
+Each method returns an :class:`~django_redislock.kinds.operation.Operation`
+(script, keys, args, reply parser); this is the one place that knows the order
+of a mutex script's KEYS and ARGV (see the comments at the top of each script).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from ..holder import holder_description
+from ..keys import LockKeys
+from ..scripts import (
+    ACQUIRE,
+    EXTEND,
+    FENCE_RAISE,
+    FORCE_RELEASE,
+    READ_HOLDER,
+    RELEASE,
+    UNCLAIM,
+)
+from .operation import Operation, is_one, raw, text
+
+
+class HolderState(NamedTuple):
+    """Who holds a lock, read from Redis in one call."""
+
+    token: str
+    #: ms of TTL left (-1: no TTL, which our locks never have).
+    pttl_ms: int
+    #: The holder's fence (0: none recorded).
+    fence: int
+    #: The holder description written at acquire time (``holder.parse_holder`` reads it).
+    description: str
+
+
+def parse_holder_state(reply: Any) -> HolderState | None:
+    """The reply of ``read_holder.lua``: ``{}`` when free, else token, pttl, fence, holder."""
+    if not reply:
+        return None
+    token, pttl, fence, description = reply
+    fence_text = text(fence)
+    return HolderState(
+        text(token), int(pttl), int(fence_text) if fence_text.isdigit() else 0, text(description)
+    )
+
+
+class Mutex:
+    """The operations of one mutex (one lock name, one set of options).
+
+    Only ``keys`` is needed to look at a lock from outside (``read_holder``,
+    ``force_release``); the options shape the holder's own operations.
+
+    ``claim_ms``: the longest waiter's claim on the next turn lives this long
+    (``None``: no claims, so no hand-over at acquire: Redlock, and a ``Lock`` that
+    waits for replicas). ``hand_over``: a release hands the lock to a claimant
+    (``False`` for Redlock, whose waiters take turns by retrying).
+    """
+
+    __slots__ = (
+        "_acquire_keys",
+        "_extend_keys",
+        "_release_keys",
+        "claim_ms",
+        "fencing",
+        "keys",
+        "purpose",
+        "ttl_ms",
+        "watchdog",
+    )
+
+    #: The kind's name in inspection and the registry.
+    kind = "lock"
+
+    def __init__(
+        self,
+        keys: LockKeys,
+        *,
+        ttl_ms: int = 0,
+        fencing: bool = True,
+        purpose: str | None = None,
+        watchdog: bool = False,
+        claim_ms: int | None = None,
+        hand_over: bool = True,
+    ) -> None:
+        self.keys = keys
+        self.ttl_ms = ttl_ms
+        self.fencing = fencing
+        self.purpose = purpose
+        self.watchdog = watchdog
+        self.claim_ms = claim_ms
+        claim = [] if claim_ms is None else [keys.claim]
+        self._acquire_keys = (keys.key, keys.fence, keys.meta, *claim)
+        self._release_keys = (
+            (keys.key, keys.meta, keys.claim, keys.fence) if hand_over else (keys.key, keys.meta)
+        )
+        self._extend_keys = (keys.key, keys.meta)
+
+    def acquire(self, token: str, waited_ms: int = 0) -> Operation:
+        """Take the lock for ``token`` (``acquire.lua``); reply ``{1, fence}`` or ``{0, ...}``."""
+        claims = self.claim_ms is not None
+        args = (
+            token,
+            self.ttl_ms,
+            "1" if self.fencing else "0",
+            holder_description(self.purpose, self.watchdog, self.ttl_ms),
+            waited_ms if claims else 0,
+            self.claim_ms if claims else 0,
+        )
+        return Operation(ACQUIRE, self._acquire_keys, args, raw)
+
+    def release(self, token: str) -> Operation:
+        """Compare-token-and-delete, waking (or handing over to) the waiters: True if ours."""
+        return Operation(RELEASE, self._release_keys, (token, self.keys.channel), is_one)
+
+    def extend(self, token: str, ttl_ms: int | None = None) -> Operation:
+        """Reset the TTL if ``token`` still holds the lock: True if it did."""
+        ttl = self.ttl_ms if ttl_ms is None else ttl_ms
+        return Operation(EXTEND, self._extend_keys, (token, ttl), is_one)
+
+    def unclaim(self, token: str) -> Operation:
+        """A waiter leaves: drop its claim (or release what was handed to it meanwhile)."""
+        keys = self.keys
+        return Operation(UNCLAIM, (keys.claim, keys.key, keys.meta), (token, keys.channel), raw)
+
+    def fence_raise(self, token: str, fence: int) -> Operation:
+        """Raise this node's counter to ``fence`` while ``token`` holds it (Redlock): True if so."""
+        return Operation(FENCE_RAISE, self._acquire_keys[:3], (token, fence), is_one)
+
+    def read_holder(self) -> Operation:
+        """Who holds the lock: a :class:`HolderState`, or ``None`` when free."""
+        return Operation(READ_HOLDER, self._extend_keys, (), parse_holder_state)
+
+    def force_release(self, token: str | None = None) -> Operation:
+        """Delete the lock whoever holds it (or only ``token``'s): 1, 0 (free) or -1 (other)."""
+        keys = self.keys
+        return Operation(FORCE_RELEASE, self._extend_keys, (keys.channel, token or ""), raw)
+
+
+__all__ = ["HolderState", "Mutex", "parse_holder_state"]
