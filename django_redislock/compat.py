@@ -98,13 +98,9 @@ class CacheLock(Lock):
     def _new_token(self) -> str:
         return self._chosen_token or super()._new_token()
 
-    def _resolve_wait(self, blocking: bool | None, timeout: float | None) -> float | None:
-        # Lock keeps its wait timeout in self.timeout; here that is blocking_timeout.
-        saved, self.timeout = self.timeout, self.blocking_timeout
-        try:
-            return super()._resolve_wait(blocking, timeout)
-        finally:
-            self.timeout = saved
+    def _default_wait(self) -> float | None:
+        # ``timeout`` is the TTL here (redis-py's meaning); the wait is blocking_timeout.
+        return self.blocking_timeout
 
     def acquire(
         self,

@@ -57,4 +57,3 @@ HOLDER_FIELDS = ("host", "pid", "thread", "purpose", "acquired_at", "watchdog", 
 def parse_holder(description: str) -> dict[str, str]:
     """The fields of a :func:`holder_description` string."""
     return dict(zip(HOLDER_FIELDS, description.split(SEPARATOR), strict=False))
-

@@ -288,7 +288,11 @@ class BaseLock:
             raise ValueError(f"blocking must be True or False, not {blocking!r}")
         if not blocking:
             return 0.0
-        return self.timeout if timeout is None else _validate_timeout(timeout)
+        return self._default_wait() if timeout is None else _validate_timeout(timeout)
+
+    def _default_wait(self) -> float | None:
+        """How long acquire() waits when not told (``timeout``; CacheLock: ``blocking_timeout``)."""
+        return self.timeout
 
     # -- sync API -------------------------------------------------------------
     def acquire(self, blocking: bool | None = None, timeout: float | None = None) -> bool:
@@ -473,7 +477,8 @@ class BaseLock:
         )
 
     def _busy_error(self) -> LockNotAcquired:
-        waited = "" if self.timeout is None else f" within {self.timeout:g}s"
+        wait = self._default_wait()
+        waited = "" if wait is None else f" within {wait:g}s"
         left = self.last_holder_ttl
         held = "" if left is None else f"; the holder's lock expires in {left:.3f}s"
         return LockNotAcquired(
