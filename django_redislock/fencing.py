@@ -18,6 +18,7 @@ from django.db.models import Q, QuerySet
 
 from .exceptions import StaleFence
 from .scripts import FENCED_SET
+from .transports import wire
 
 
 def fence_of(lock_or_fence: Any) -> int:
@@ -86,4 +87,5 @@ def fenced_set(key: str, value: Any, fence: Any, *, connection: str | None = Non
 
     alias = get_config()["CONNECTION"] if connection is None else connection
     number = fence_of(fence)
-    return FENCED_SET(lock_client(alias), [key, f"{key}:fence"], [value, number]) == 1
+    call = wire.Call(FENCED_SET, (key, f"{key}:fence"), (value, number))
+    return wire.run(lock_client(alias), call) == 1

@@ -19,6 +19,7 @@ from .holder import parse_holder
 from .keys import LockKeys, name_from_key, validate_name, validate_prefix
 from .kinds import Mutex
 from .lock import is_unreachable
+from .transports.single import SingleNode
 
 
 @dataclass(frozen=True)
@@ -187,7 +188,7 @@ def force_release_holder(
         expected = "" if last and token is None else info.token
         try:
             op = Mutex(keys).force_release(expected)
-            result = op.parse(op.script(lock_client(alias), op.keys, op.args))
+            result = SingleNode(alias).call(op)
         except RedisError as exc:
             raise _unavailable(alias, name, exc) from exc
         if result == 1:

@@ -35,7 +35,7 @@ import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import ResponseError
 
 #: One command (or MULTI block) on a connection.
 ConnectionOp = Callable[[Any], Awaitable[Any]]
@@ -63,76 +63,6 @@ class Op:
 
     async def on_client(self, client: Any) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
-
-
-class ScriptOp(Op):
-    """``EVALSHA`` of one of the package's scripts (``EVAL`` after ``NOSCRIPT``)."""
-
-    __slots__ = ("args", "keys", "script")
-
-    def __init__(self, script: Any, keys: Any, args: Any) -> None:
-        self.script, self.keys, self.args = script, keys, args
-        self.scripts = (script,)
-
-    async def on_connection(self, conn: Any) -> Any:
-        script, keys, args = self.script, self.keys, self.args
-        try:
-            return await _command(conn, "EVALSHA", script.sha, len(keys), *keys, *args)
-        except NoScriptError:
-            _loaded.clear()  # a server restarted or flushed its scripts: load them again
-            return await _command(conn, "EVAL", script.source, len(keys), *keys, *args)
-
-    async def on_client(self, client: Any) -> Any:
-        script, keys, args = self.script, self.keys, self.args
-        try:
-            return await client.evalsha(script.sha, len(keys), *keys, *args)
-        except NoScriptError:
-            return await client.eval(script.source, len(keys), *keys, *args)
-
-
-class ScriptThenWait(Op):
-    """A script, then ``WAIT replicas ms``, in one round trip: [reply, acked].
-
-    Either reply may be an error, returned as a value (the caller decides).
-    """
-
-    __slots__ = ("args", "keys", "ms", "replicas", "script")
-
-    def __init__(self, script: Any, keys: Any, args: Any, replicas: int, ms: int) -> None:
-        self.script, self.keys, self.args = script, keys, args
-        self.replicas, self.ms = replicas, ms
-        self.scripts = (script,)
-
-    async def on_connection(self, conn: Any) -> Any:
-        replies = await self._send(conn, "EVALSHA", self.script.sha)
-        if isinstance(replies[0], NoScriptError):
-            _loaded.clear()  # a server restarted or flushed its scripts
-            replies = await self._send(conn, "EVAL", self.script.source)
-        return replies
-
-    async def _send(self, conn: Any, *command: Any) -> list[Any]:
-        keys, args = self.keys, self.args
-        commands = [(*command, len(keys), *keys, *args), ("WAIT", self.replicas, self.ms)]
-        await conn.send_packed_command(conn.pack_commands(commands))
-        replies: list[Any] = []
-        for _ in commands:
-            try:
-                replies.append(await conn.read_response())
-            except ResponseError as exc:  # a complete (error) reply: read the next one
-                replies.append(exc)
-        return replies
-
-    async def on_client(self, client: Any) -> Any:
-        replies = await self._pipeline(client, "EVALSHA", self.script.sha)
-        if isinstance(replies[0], NoScriptError):
-            replies = await self._pipeline(client, "EVAL", self.script.source)
-        return replies
-
-    async def _pipeline(self, client: Any, *command: Any) -> list[Any]:
-        pipe = client.pipeline(transaction=False)
-        pipe.execute_command(*command, len(self.keys), *self.keys, *self.args)
-        pipe.execute_command("WAIT", self.replicas, self.ms)
-        return list(await pipe.execute(raise_on_error=False))
 
 
 class CommandOp(Op):
@@ -176,6 +106,11 @@ class GetAndPttl(Op):
 async def _command(conn: Any, *args: Any) -> Any:
     await conn.send_command(*args)
     return await conn.read_response()
+
+
+def forget_loaded() -> None:
+    """A server restarted or flushed its scripts: load them again on the next checkout."""
+    _loaded.clear()
 
 
 def has_pool(client: Any) -> bool:

@@ -17,7 +17,7 @@ import secrets
 import time
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, NamedTuple
+from typing import Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ReadOnlyError, RedisError
@@ -35,8 +35,10 @@ from .exceptions import (
     RedisLockError,
 )
 from .keys import LockKeys, ttl_milliseconds, validate_name, validate_prefix, validate_seconds
-from .kinds import Mutex, Operation
+from .kinds.mutex import Attempt, Mutex, parse_acquire
 from .transactions import defer_release_to_commit
+from .transports.replicated import NotReplicated, Replicated
+from .transports.single import SingleNode
 
 acquire_logger = logging.getLogger("django_redislock.acquire")
 release_logger = logging.getLogger("django_redislock.release")
@@ -68,18 +70,6 @@ CLOCK_RATE_ERROR = 0.001
 
 # Strong references to clean-up tasks started when an async call is cancelled.
 _background_tasks: set[asyncio.Task[Any]] = set()
-
-
-class Attempt(NamedTuple):
-    """What one acquire attempt got back from Redis."""
-
-    #: True when the lock is ours now.
-    granted: bool
-    #: The fence when granted; else ms the caller may sleep before trying again.
-    value: int
-    #: The server's clock (ms) when it refused us, if the script sent it: the
-    #: reference a later hand-off message is measured against.
-    server_ms: int | None = None
 
 
 def new_token() -> str:
@@ -782,12 +772,17 @@ class Lock(BaseLock):
             watchdog=self.watchdog,
             claim_ms=None if wait_replicas else CLAIM_MS,
         )
+        self.transport: SingleNode = (
+            Replicated(alias, wait_replicas, self.wait_timeout, self.ttl)
+            if wait_replicas
+            else SingleNode(alias)
+        )
 
     def _do_unclaim(self, token: str) -> None:
-        _send(self._client(), self.ops.unclaim(token))
+        self.transport.call(self.ops.unclaim(token))
 
     async def _ado_unclaim(self, token: str) -> None:
-        await _asend(await async_lock_client(self.connection), self.ops.unclaim(token))
+        await self.transport.acall(self.ops.unclaim(token))
 
     def _wake_alias(self) -> str | None:
         return self.connection if get_config()["PUBSUB_WAKEUP"] else None
@@ -810,84 +805,89 @@ class Lock(BaseLock):
         return lock_client(self.connection)
 
     def _do_acquire(self, token: str) -> Attempt:
-        op = self.ops.acquire(token, self._waited_ms)
-        if self.wait_replicas:
-            return self._acquire_replicated(token, op)
-        return parse_acquire(_send(self._client(), op))
+        try:
+            attempt: Attempt = self.transport.call(self.ops.acquire(token, self._waited_ms))
+        except NotReplicated as short:
+            if short.result.granted:
+                self._cleanup_quietly(token)
+            attempt = self._acquire_short(short)
+        return attempt
+
+    async def _ado_acquire(self, token: str) -> Attempt:
+        try:
+            attempt: Attempt = await self.transport.acall(self.ops.acquire(token, self._waited_ms))
+        except NotReplicated as short:
+            if short.result.granted:
+                await self._acleanup_quietly(token)
+            attempt = self._acquire_short(short)
+        return attempt
+
+    def _acquire_short(self, short: NotReplicated) -> Attempt:
+        """A refusal stands; a grant too few replicas saw was undone: ReplicasNotAcked."""
+        if not short.result.granted:
+            return short.result
+        raise replication.not_acked(self.name, short.acked, short.wanted, short.ms)
 
     def _do_release(self, token: str) -> bool:
-        return bool(_send(self._client(), self.ops.release(token)))
+        return bool(self.transport.call(self.ops.release(token)))
+
+    async def _ado_release(self, token: str) -> bool:
+        return bool(await self.transport.acall(self.ops.release(token)))
 
     def _do_extend(self, token: str, ttl_ms: int) -> bool:
-        op = self.ops.extend(token, ttl_ms)
-        if self.wait_replicas:
-            return self._extend_replicated(op)
-        return bool(_send(self._client(), op))
+        try:
+            return bool(self.transport.call(self.ops.extend(token, ttl_ms)))
+        except NotReplicated as short:
+            return self._extend_short(short)
+
+    async def _ado_extend(self, token: str, ttl_ms: int) -> bool:
+        try:
+            return bool(await self.transport.acall(self.ops.extend(token, ttl_ms)))
+        except NotReplicated as short:
+            return self._extend_short(short)
+
+    def _extend_short(self, short: NotReplicated) -> bool:
+        """Not ours any more, or ours on the primary only: ExtendNotReplicated."""
+        if not short.result:
+            return False
+        raise replication.extend_not_acked(self.name, short.acked, short.wanted, short.ms)
 
     def _do_cleanup(self, token: str) -> None:
         self._do_release(token)
 
+    async def _ado_cleanup(self, token: str) -> None:
+        await self._ado_release(token)
+
     def _holder_fence(self, token: str) -> int | None:
-        holder = _send(self._client(), self.ops.read_holder())
+        holder = self.transport.call(self.ops.read_holder())
         if holder is None or holder.token != token:
             return None
-        return holder.fence
+        return int(holder.fence)
 
     def _renew_group(self) -> Any:
-        return ("lock", self.connection)
+        return self.transport.renew_group
 
     @classmethod
     def _extend_many(cls, batch: list[tuple[Any, str]]) -> list[Any]:
-        if any(lock.wait_replicas for lock, _ in batch):
-            return cls._extend_each(batch)
-        first = batch[0][0]
+        transport = batch[0][0].transport
+        outcomes = transport.call_many([lock.ops.extend(token) for lock, token in batch])
+        return [lock._renewal_outcome(o) for (lock, _), o in zip(batch, outcomes, strict=True)]
+
+    def _renewal_outcome(self, outcome: Any) -> Any:
+        if not isinstance(outcome, NotReplicated):
+            return outcome
         try:
-            client = first._client()
-            pipe = client.pipeline(transaction=False)
-            ops = [lock.ops.extend(token) for lock, token in batch]
-            for op in ops:
-                pipe.evalsha(op.script.sha, len(op.keys), *op.keys, *op.args)
-            results = pipe.execute(raise_on_error=False)
-        except Exception as exc:  # the whole round trip failed: each lock retries
-            return [exc] * len(batch)
-        outcomes: list[Any] = []
-        for (lock, token), op, result in zip(batch, ops, results, strict=True):
-            if isinstance(result, Exception):
-                try:  # NOSCRIPT after a restart: run it the slow way once
-                    result = lock._do_extend(token, lock._ttl_ms)
-                except Exception as exc:
-                    result = exc
-                outcomes.append(result)
-            else:
-                outcomes.append(op.parse(result))
-        return outcomes
+            return self._extend_short(outcome)
+        except RedisLockError as exc:
+            return exc
 
     def _orphan_release(self, token: str) -> Callable[[], Any]:
-        alias, op = self.connection, self.ops.release(token)
+        transport, op = self.transport, self.ops.release(token)
 
         def release() -> Any:
-            return _send(lock_client(alias), op)
+            return transport.call(op)
 
         return release
-
-    async def _ado_acquire(self, token: str) -> Attempt:
-        op = self.ops.acquire(token, self._waited_ms)
-        if self.wait_replicas:
-            return await self._aacquire_replicated(token, op)
-        return parse_acquire(await _asend(await async_lock_client(self.connection), op))
-
-    async def _ado_release(self, token: str) -> bool:
-        client = await async_lock_client(self.connection)
-        return bool(await _asend(client, self.ops.release(token)))
-
-    async def _ado_extend(self, token: str, ttl_ms: int) -> bool:
-        op = self.ops.extend(token, ttl_ms)
-        if self.wait_replicas:
-            return await self._aextend_replicated(op)
-        return bool(await _asend(await async_lock_client(self.connection), op))
-
-    async def _ado_cleanup(self, token: str) -> None:
-        await self._ado_release(token)
 
     # -- queries ----------------------------------------------------------------
     def locked(self) -> bool:
@@ -933,80 +933,6 @@ class Lock(BaseLock):
     async def aremaining(self) -> float | None:
         """Async twin of :meth:`remaining`."""
         return _pttl_seconds(await self._aquery("PTTL", self.key))
-
-    # -- replicas (wait_replicas): see django_redislock.replication -------------
-    def _wait_ms(self) -> int:
-        return replication.wait_timeout_ms(self.wait_timeout, self.ttl)
-
-    def _acquire_replicated(self, token: str, op: Operation) -> Attempt:
-        ms = self._wait_ms()
-        reply, acked = replication.call_and_wait(
-            self._client(), op.script, op.keys, op.args, self.wait_replicas, ms
-        )
-        attempt = parse_acquire(reply)
-        if attempt.granted and acked < self.wait_replicas:
-            self._cleanup_quietly(token)
-            raise replication.not_acked(self.name, acked, self.wait_replicas, ms)
-        return attempt
-
-    async def _aacquire_replicated(self, token: str, op: Operation) -> Attempt:
-        ms = self._wait_ms()
-        client = await async_lock_client(self.connection)
-        reply, acked = await replication.acall_and_wait(
-            self.connection, client, op.script, op.keys, op.args, self.wait_replicas, ms
-        )
-        attempt = parse_acquire(reply)
-        if attempt.granted and acked < self.wait_replicas:
-            await self._acleanup_quietly(token)
-            raise replication.not_acked(self.name, acked, self.wait_replicas, ms)
-        return attempt
-
-    def _extend_replicated(self, op: Operation) -> bool:
-        ms = self._wait_ms()
-        result, acked = replication.call_and_wait(
-            self._client(), op.script, op.keys, op.args, self.wait_replicas, ms
-        )
-        return self._replicated_extend_outcome(op.parse(result), acked, ms)
-
-    async def _aextend_replicated(self, op: Operation) -> bool:
-        ms = self._wait_ms()
-        client = await async_lock_client(self.connection)
-        result, acked = await replication.acall_and_wait(
-            self.connection, client, op.script, op.keys, op.args, self.wait_replicas, ms
-        )
-        return self._replicated_extend_outcome(op.parse(result), acked, ms)
-
-    def _replicated_extend_outcome(self, extended: bool, acked: int, ms: int) -> bool:
-        if not extended:
-            return False
-        if acked < self.wait_replicas:
-            raise replication.extend_not_acked(self.name, acked, self.wait_replicas, ms)
-        return True
-
-    @classmethod
-    def _extend_each(cls, batch: list[tuple[Any, str]]) -> list[Any]:
-        """Renew one by one (each with its WAIT): True, False or an exception each."""
-        outcomes: list[Any] = []
-        for lock, token in batch:
-            try:
-                outcomes.append(lock._do_extend(token, lock._ttl_ms))
-            except Exception as exc:
-                outcomes.append(exc)
-        return outcomes
-
-
-def _send(client: Any, op: Operation) -> Any:
-    return op.parse(op.script(client, op.keys, op.args))
-
-
-async def _asend(client: Any, op: Operation) -> Any:
-    return op.parse(await op.script.acall(client, op.keys, op.args))
-
-
-def parse_acquire(reply: Any) -> Attempt:
-    """The acquire script's reply: ``{1, fence}`` or ``{0, ms, server_ms}``."""
-    server_ms = int(reply[2]) if len(reply) > 2 else None
-    return Attempt(int(reply[0]) == 1, int(reply[1]), server_ms)
 
 
 def _pttl_seconds(pttl: int) -> float | None:

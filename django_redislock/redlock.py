@@ -51,6 +51,7 @@ from .exceptions import LockBackendUnavailable, LockConfigurationError, RedisLoc
 from .keys import ttl_milliseconds, validate_seconds
 from .kinds import Mutex, Operation
 from .lock import UNREACHABLE, Attempt, BaseLock, new_token
+from .transports import wire
 
 logger = logging.getLogger("django_redislock.redlock")
 acquire_logger = lock_module.acquire_logger
@@ -242,7 +243,7 @@ async def _scatter(
 
 def _script_op(op: Operation) -> leases.Op:
     # The raw replies are gathered: a node's reply is counted, not parsed.
-    return leases.ScriptOp(op.script, op.keys, op.args)
+    return wire.Single(op)
 
 
 def _count(results: dict[str, Any], value: Any) -> int:

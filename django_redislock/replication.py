@@ -19,11 +19,9 @@ and returns how many did.
   unreachable server: it retries soon and marks the lock lost once the last
   replicated TTL has run out.
 
-``WAIT`` counts the writes of *the connection it runs on*, so the script and
-the ``WAIT`` are sent as one pipeline on one connection (one round trip). In a
-cluster the pipeline goes to the node serving the lock's slot, on a plain
-client of that node; a ``MOVED`` (resharding, failover) refreshes the slot map
-and retries.
+The ``WAIT`` is sent by the replicated transport
+(:mod:`django_redislock.transports.replicated`); this module holds what its
+answers mean for a lock: the errors and their messages, and the timeout.
 
 It narrows the failover gap, it does not close it: ``WAIT`` does not make the
 write durable on the replica (it is in memory there), Sentinel or the cluster
@@ -33,35 +31,13 @@ acknowledged after our timeout gave up. See ``docs/operations.md``.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import time
-from collections.abc import Sequence
-from typing import Any
-
-from redis.exceptions import (
-    AskError,
-    ClusterDownError,
-    MovedError,
-    NoScriptError,
-    TryAgainError,
-)
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-
-from . import leases
 from .conf import get_config
-from .connection import async_node_client, is_cluster
 from .exceptions import LockNotAcquired, RedisLockError
 
 #: Default ``wait_timeout`` when a lock asks for replicas and gives none (seconds).
 DEFAULT_WAIT_TIMEOUT = 1.0
-#: How long a cluster call keeps following redirects during a slot migration.
-REDIRECT_DEADLINE = 2.0
 #: A WAIT must return before the socket read times out: keep this margin (seconds).
 SOCKET_MARGIN = 0.5
-
-_REDIRECTS = (MovedError, AskError, TryAgainError, ClusterDownError)
 
 
 class ReplicationError(RedisLockError):
@@ -104,104 +80,6 @@ def wait_timeout_ms(wait_timeout: float | None, ttl: float) -> int:
     return max(1, round(seconds * 1000))
 
 
-# -- sync ----------------------------------------------------------------------
-
-
-def call_and_wait(
-    client: Any, script: Any, keys: Sequence[str], args: Sequence[Any], replicas: int, ms: int
-) -> tuple[Any, int]:
-    """Run ``script`` then ``WAIT replicas ms`` on one connection: (script reply, acks)."""
-    if not is_cluster(client):
-        return _pipeline(client, script, keys, args, replicas, ms)
-    deadline = time.monotonic() + REDIRECT_DEADLINE
-    while True:
-        node = client.get_node_from_key(keys[0])
-        try:
-            return _pipeline(client.get_redis_connection(node), script, keys, args, replicas, ms)
-        except _REDIRECTS:
-            if time.monotonic() >= deadline:
-                raise
-            _refresh(client)
-            time.sleep(0.02)
-        except (RedisConnectionError, RedisTimeoutError):
-            _refresh(client)  # a failover: the next call finds the new primary
-            raise
-
-
-def _refresh(cluster: Any) -> None:
-    # Best effort: the next call retries; the caller reports the original error.
-    with contextlib.suppress(Exception):
-        cluster.nodes_manager.initialize()
-
-
-def _pipeline(
-    client: Any, script: Any, keys: Sequence[str], args: Sequence[Any], replicas: int, ms: int
-) -> tuple[Any, int]:
-    pipe = client.pipeline(transaction=False)
-    pipe.evalsha(script.sha, len(keys), *keys, *args)
-    pipe.execute_command("WAIT", replicas, ms)
-    result, acked = pipe.execute(raise_on_error=False)
-    if isinstance(result, NoScriptError):
-        pipe = client.pipeline(transaction=False)
-        pipe.eval(script.source, len(keys), *keys, *args)
-        pipe.execute_command("WAIT", replicas, ms)
-        result, acked = pipe.execute(raise_on_error=False)
-    return _outcome(result, acked)
-
-
-def _outcome(result: Any, acked: Any) -> tuple[Any, int]:
-    if isinstance(result, Exception):
-        raise result
-    if isinstance(acked, Exception):
-        raise acked
-    return result, int(acked)
-
-
-# -- asyncio ---------------------------------------------------------------------
-
-
-async def acall_and_wait(
-    alias: str,
-    client: Any,
-    script: Any,
-    keys: Sequence[str],
-    args: Sequence[Any],
-    replicas: int,
-    ms: int,
-) -> tuple[Any, int]:
-    """Async twin of :func:`call_and_wait` (``alias`` finds per-node clients)."""
-    if not is_cluster(client):
-        return await _apipeline(client, script, keys, args, replicas, ms)
-    deadline = time.monotonic() + REDIRECT_DEADLINE
-    while True:
-        node = client.get_node_from_key(keys[0])
-        node_client = await async_node_client(alias, node.host, node.port)
-        try:
-            return await _apipeline(node_client, script, keys, args, replicas, ms)
-        except _REDIRECTS:
-            if time.monotonic() >= deadline:
-                raise
-            await _arefresh(client)
-            await asyncio.sleep(0.02)
-        except (RedisConnectionError, RedisTimeoutError):
-            await _arefresh(client)
-            raise
-
-
-async def _arefresh(cluster: Any) -> None:
-    with contextlib.suppress(Exception):
-        await cluster.nodes_manager.initialize()
-
-
-async def _apipeline(
-    client: Any, script: Any, keys: Sequence[str], args: Sequence[Any], replicas: int, ms: int
-) -> tuple[Any, int]:
-    # On a connection the library holds (leases): checked for a server-side close first.
-    op = leases.ScriptThenWait(script, keys, args, replicas, ms)
-    result, acked = await leases.call(client, op)
-    return _outcome(result, acked)
-
-
 # -- messages ----------------------------------------------------------------------
 
 
@@ -232,7 +110,5 @@ __all__ = [
     "ExtendNotReplicated",
     "ReplicasNotAcked",
     "ReplicationError",
-    "acall_and_wait",
-    "call_and_wait",
     "wait_timeout_ms",
 ]

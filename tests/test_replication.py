@@ -175,8 +175,13 @@ def test_failover_before_replication_gives_the_lock_twice(pair: Pair, settings: 
 
 
 @pytest.mark.xfail(
-    "_extend_each" not in __import__("inspect").getsource(Lock._extend_many),
-    reason="Lock._extend_many must route wait_replicas locks through _extend_each",
+    "self.call(op)"
+    not in __import__("inspect").getsource(
+        __import__(
+            "django_redislock.transports.replicated"
+        ).transports.replicated.Replicated.call_many
+    ),
+    reason="Replicated.call_many must send each operation with its own WAIT",
     strict=True,
 )
 def test_batched_watchdog_renewals_wait_for_replicas_too(pair: Pair) -> None:

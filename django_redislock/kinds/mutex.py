@@ -23,6 +23,24 @@ from ..scripts import (
 from .operation import Operation, is_one, raw, text
 
 
+class Attempt(NamedTuple):
+    """What one acquire attempt got back from Redis."""
+
+    #: True when the lock is ours now.
+    granted: bool
+    #: The fence when granted; else ms the caller may sleep before trying again.
+    value: int
+    #: The server's clock (ms) when it refused us, if the script sent it: the
+    #: reference a later hand-off message is measured against.
+    server_ms: int | None = None
+
+
+def parse_acquire(reply: Any) -> Attempt:
+    """The acquire script's reply: ``{1, fence}`` or ``{0, ms, server_ms}``."""
+    server_ms = int(reply[2]) if len(reply) > 2 else None
+    return Attempt(int(reply[0]) == 1, int(reply[1]), server_ms)
+
+
 class HolderState(NamedTuple):
     """Who holds a lock, read from Redis in one call."""
 
@@ -108,7 +126,7 @@ class Mutex:
             waited_ms if claims else 0,
             self.claim_ms if claims else 0,
         )
-        return Operation(ACQUIRE, self._acquire_keys, args, raw)
+        return Operation(ACQUIRE, self._acquire_keys, args, parse_acquire, durable=True)
 
     def release(self, token: str) -> Operation:
         """Compare-token-and-delete, waking (or handing over to) the waiters: True if ours."""
@@ -117,7 +135,7 @@ class Mutex:
     def extend(self, token: str, ttl_ms: int | None = None) -> Operation:
         """Reset the TTL if ``token`` still holds the lock: True if it did."""
         ttl = self.ttl_ms if ttl_ms is None else ttl_ms
-        return Operation(EXTEND, self._extend_keys, (token, ttl), is_one)
+        return Operation(EXTEND, self._extend_keys, (token, ttl), is_one, durable=True)
 
     def unclaim(self, token: str) -> Operation:
         """A waiter leaves: drop its claim (or release what was handed to it meanwhile)."""
@@ -138,4 +156,4 @@ class Mutex:
         return Operation(FORCE_RELEASE, self._extend_keys, (keys.channel, token or ""), raw)
 
 
-__all__ = ["HolderState", "Mutex", "parse_holder_state"]
+__all__ = ["Attempt", "HolderState", "Mutex", "parse_acquire", "parse_holder_state"]

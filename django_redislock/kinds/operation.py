@@ -17,6 +17,8 @@ class Operation(NamedTuple):
     args: Sequence[Any]
     #: Turns the script's raw reply into the kind's typed result.
     parse: Callable[[Any], Any]
+    #: It gives or keeps ownership: a replicated transport waits for replicas after it.
+    durable: bool = False
 
 
 def is_one(reply: Any) -> bool:

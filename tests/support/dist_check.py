@@ -55,9 +55,7 @@ def wheel_problems(wheel: Path) -> list[str]:
     from django_redislock import __version__
 
     names = wheel_names(wheel)
-    problems = [
-        f"wheel lacks {name}" for name in sorted(expected_package_files() - set(names))
-    ]
+    problems = [f"wheel lacks {name}" for name in sorted(expected_package_files() - set(names))]
     if "django_redislock/migrations/0001_initial.py" not in names:
         problems.append("wheel lacks the migrations")
     strays = [n for n in names if not n.startswith(("django_redislock/", "django_redislock-"))]
@@ -95,7 +93,8 @@ def sdist_problems(sdist: Path) -> list[str]:
         on_disk = {
             str(p.relative_to(ROOT))
             for p in (ROOT / tree).rglob("*")
-            if p.is_file() and p.suffix in {".py", ".md", ".lua", ".html", ".js", ".png", ".svg"}
+            if p.is_file()
+            and p.suffix in {".py", ".md", ".lua", ".html", ".js", ".png", ".svg"}
             and "__pycache__" not in p.parts
         }
         problems += [f"sdist lacks {name}" for name in sorted(on_disk - set(names))]

@@ -1,0 +1,158 @@
+"""The replicated transport: one server, and ``WAIT`` for its replicas after each
+operation that gives or keeps ownership (``Operation.durable``: acquire, extend).
+
+``WAIT`` counts the writes of *the connection it runs on*, so the script and the
+``WAIT`` go in one pipeline on one connection (one round trip). In a cluster the
+pipeline goes to the node serving the lock's slot, on a plain client of that node;
+a ``MOVED`` (resharding, failover) refreshes the slot map and retries. What fewer
+acknowledgements mean is the lock's to decide: :class:`NotReplicated` carries the
+parsed reply and the count (see :mod:`django_redislock.replication`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from redis.exceptions import AskError, ClusterDownError, MovedError, TryAgainError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from ..connection import async_lock_client, async_node_client, is_cluster, lock_client
+from ..kinds.operation import Operation
+from ..replication import wait_timeout_ms
+from . import wire
+from .single import SingleNode
+
+#: How long a cluster call keeps following redirects during a slot migration.
+REDIRECT_DEADLINE = 2.0
+
+_REDIRECTS = (MovedError, AskError, TryAgainError, ClusterDownError)
+
+
+class NotReplicated(Exception):
+    """A durable operation ran on the primary, but fewer replicas than asked acknowledged it."""
+
+    def __init__(self, result: Any, acked: int, wanted: int, ms: int) -> None:
+        super().__init__(f"{acked} of {wanted} replica(s) acknowledged within {ms} ms")
+        self.result, self.acked, self.wanted, self.ms = result, acked, wanted, ms
+
+
+class Replicated(SingleNode):
+    """:class:`SingleNode` plus ``WAIT replicas`` after durable operations."""
+
+    __slots__ = ("replicas", "ttl", "wait_timeout")
+
+    def __init__(self, alias: str, replicas: int, wait_timeout: float | None, ttl: float) -> None:
+        super().__init__(alias)
+        self.replicas, self.wait_timeout, self.ttl = replicas, wait_timeout, ttl
+
+    @property
+    def renew_group(self) -> None:
+        """Never batched: each renewal waits for its own acknowledgements."""
+        return None
+
+    def wait_ms(self) -> int:
+        """The ``WAIT`` timeout (settings are read at each call: see ``wait_timeout_ms``)."""
+        return wait_timeout_ms(self.wait_timeout, self.ttl)
+
+    def call(self, op: Operation) -> Any:
+        if not op.durable:
+            return super().call(op)
+        ms = self.wait_ms()
+        reply, acked = call_and_wait(lock_client(self.alias), op, self.replicas, ms)
+        return self._checked(op.parse(reply), acked, ms)
+
+    async def acall(self, op: Operation) -> Any:
+        if not op.durable:
+            return await super().acall(op)
+        ms = self.wait_ms()
+        client = await async_lock_client(self.alias)
+        reply, acked = await acall_and_wait(self.alias, client, op, self.replicas, ms)
+        return self._checked(op.parse(reply), acked, ms)
+
+    def call_many(self, ops: Sequence[Operation]) -> list[Any]:
+        outcomes: list[Any] = []
+        for op in ops:  # one by one: each WAIT counts its own connection's writes
+            try:
+                outcomes.append(self.call(op))
+            except Exception as exc:
+                outcomes.append(exc)
+        return outcomes
+
+    def _checked(self, result: Any, acked: int, ms: int) -> Any:
+        if acked < self.replicas:
+            raise NotReplicated(result, acked, self.replicas, ms)
+        return result
+
+    def __repr__(self) -> str:
+        return f"<Replicated {self.alias!r} replicas={self.replicas}>"
+
+
+def call_and_wait(client: Any, call: wire.ScriptCall, replicas: int, ms: int) -> tuple[Any, int]:
+    """Run ``call`` then ``WAIT replicas ms`` on one connection: (raw reply, acks)."""
+    wait = wire.Wait(replicas, ms)
+    if not is_cluster(client):
+        return _outcome(wire.run_batch(client, [call], wait))
+    deadline = time.monotonic() + REDIRECT_DEADLINE
+    while True:
+        node = client.get_node_from_key(call.keys[0])
+        try:
+            return _outcome(wire.run_batch(client.get_redis_connection(node), [call], wait))
+        except _REDIRECTS:
+            if time.monotonic() >= deadline:
+                raise
+            _refresh(client)
+            time.sleep(0.02)
+        except (RedisConnectionError, RedisTimeoutError):
+            _refresh(client)  # a failover: the next call finds the new primary
+            raise
+
+
+async def acall_and_wait(
+    alias: str, client: Any, call: wire.ScriptCall, replicas: int, ms: int
+) -> tuple[Any, int]:
+    """Async :func:`call_and_wait` (``alias`` finds per-node clients)."""
+    wait = wire.Wait(replicas, ms)
+    if not is_cluster(client):
+        return _outcome(await wire.arun_batch(client, [call], wait))
+    deadline = time.monotonic() + REDIRECT_DEADLINE
+    while True:
+        node = client.get_node_from_key(call.keys[0])
+        node_client = await async_node_client(alias, node.host, node.port)
+        try:
+            return _outcome(await wire.arun_batch(node_client, [call], wait))
+        except _REDIRECTS:
+            if time.monotonic() >= deadline:
+                raise
+            await _arefresh(client)
+            await asyncio.sleep(0.02)
+        except (RedisConnectionError, RedisTimeoutError):
+            await _arefresh(client)
+            raise
+
+
+def _refresh(cluster: Any) -> None:
+    # Best effort: the next call retries; the caller reports the original error.
+    with contextlib.suppress(Exception):
+        cluster.nodes_manager.initialize()
+
+
+async def _arefresh(cluster: Any) -> None:
+    with contextlib.suppress(Exception):
+        await cluster.nodes_manager.initialize()
+
+
+def _outcome(replies: list[Any]) -> tuple[Any, int]:
+    result, acked = replies
+    if isinstance(result, Exception):
+        raise result
+    if isinstance(acked, Exception):
+        raise acked
+    return result, int(acked)
+
+
+__all__ = ["NotReplicated", "Replicated", "acall_and_wait", "call_and_wait"]

@@ -1,0 +1,196 @@
+"""Sending scripts: ``EVALSHA``, and ``EVAL`` when the server answers ``NOSCRIPT``
+(restarted, or ``SCRIPT FLUSH``). EVAL runs the script and caches it, so the next
+EVALSHA finds it.
+
+The only place in the package that sends a script, once per way of sending: one
+call and a batch (a pipeline, optionally followed by ``WAIT``), sync and async. A
+call in a batch that got ``NOSCRIPT`` did not run; it is sent again with EVAL,
+alone (with its ``WAIT``), so nothing runs twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple, Protocol
+
+from redis.exceptions import NoScriptError, ResponseError
+
+from .. import leases
+
+
+class ScriptCall(Protocol):
+    """What a script call needs (a kind's ``Operation`` is one)."""
+
+    @property
+    def script(self) -> Any: ...
+    @property
+    def keys(self) -> Sequence[str]: ...
+    @property
+    def args(self) -> Sequence[Any]: ...
+
+
+class Call(NamedTuple):
+    """A script call that is not a kind's operation (a fenced write)."""
+
+    script: Any
+    keys: Sequence[str]
+    args: Sequence[Any]
+
+
+class Wait(NamedTuple):
+    """``WAIT replicas ms`` after the scripts of a batch."""
+
+    replicas: int
+    ms: int
+
+
+def _command(call: ScriptCall, by_sha: bool) -> tuple[Any, ...]:
+    script, keys = call.script, call.keys
+    head = ("EVALSHA", script.sha) if by_sha else ("EVAL", script.source)
+    return (*head, len(keys), *keys, *call.args)
+
+
+def _commands(
+    calls: Sequence[ScriptCall], wait: Wait | None, by_sha: bool
+) -> list[tuple[Any, ...]]:
+    commands = [_command(call, by_sha) for call in calls]
+    if wait is not None:
+        commands.append(("WAIT", wait.replicas, wait.ms))
+    return commands
+
+
+def _missing(calls: Sequence[ScriptCall], replies: list[Any]) -> list[int]:
+    return [i for i in range(len(calls)) if isinstance(replies[i], NoScriptError)]
+
+
+def _merge(
+    replies: list[Any], missing: list[int], again: list[Any], wait: Wait | None
+) -> list[Any]:
+    for index, reply in zip(missing, again, strict=False):
+        replies[index] = reply
+    if wait is not None:
+        replies[-1] = again[-1]  # the WAIT after the calls that ran last
+    return replies
+
+
+def _raised(reply: Any) -> Any:
+    if isinstance(reply, Exception):
+        raise reply
+    return reply
+
+
+# -- sync -------------------------------------------------------------------------
+
+
+def run(client: Any, call: ScriptCall) -> Any:
+    """Run one script call on ``client`` (any redis-py client); its raw reply."""
+    try:
+        return client.execute_command(*_command(call, by_sha=True))
+    except NoScriptError:
+        return client.execute_command(*_command(call, by_sha=False))
+
+
+def run_batch(client: Any, calls: Sequence[ScriptCall], wait: Wait | None = None) -> list[Any]:
+    """Run ``calls`` in one pipeline (plus ``WAIT``): each raw reply or its error, in order,
+    then the ``WAIT`` reply. A failed round trip raises."""
+    replies = _pipeline(client, _commands(calls, wait, by_sha=True))
+    missing = _missing(calls, replies)
+    if not missing:
+        return replies
+    again = _pipeline(client, _commands([calls[i] for i in missing], wait, by_sha=False))
+    return _merge(replies, missing, again, wait)
+
+
+def _pipeline(client: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
+    pipe = client.pipeline(transaction=False)
+    for command in commands:
+        pipe.execute_command(*command)
+    return list(pipe.execute(raise_on_error=False))
+
+
+# -- asyncio ----------------------------------------------------------------------
+
+
+class Batch(leases.Op):
+    """Script calls (plus ``WAIT``) in one round trip: each raw reply or its error.
+
+    On a connection the library holds (:mod:`django_redislock.leases`), or through
+    a client without a single pool (the asyncio ``RedisCluster``) as a pipeline.
+    """
+
+    __slots__ = ("calls", "wait")
+
+    def __init__(self, calls: Sequence[ScriptCall], wait: Wait | None = None) -> None:
+        self.calls, self.wait = calls, wait
+        self.scripts = tuple({call.script.sha: call.script for call in calls}.values())
+
+    async def on_connection(self, conn: Any) -> Any:
+        return await self._run(self._on_connection, conn)
+
+    async def on_client(self, client: Any) -> Any:
+        return await self._run(self._on_client, client)
+
+    async def _run(self, send: Any, target: Any) -> list[Any]:
+        calls, wait = self.calls, self.wait
+        replies = await send(target, _commands(calls, wait, by_sha=True))
+        missing = _missing(calls, replies)
+        if not missing:
+            return replies
+        leases.forget_loaded()  # a server restarted or flushed its scripts: load them again
+        again = await send(target, _commands([calls[i] for i in missing], wait, by_sha=False))
+        return _merge(replies, missing, again, wait)
+
+    @staticmethod
+    async def _on_connection(conn: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
+        await conn.send_packed_command(conn.pack_commands(commands))
+        replies: list[Any] = []
+        for _ in commands:
+            try:
+                replies.append(await conn.read_response())
+            except ResponseError as exc:  # a complete (error) reply: read the next one
+                replies.append(exc)
+        return replies
+
+    @staticmethod
+    async def _on_client(client: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
+        pipe = client.pipeline(transaction=False)
+        for command in commands:
+            pipe.execute_command(*command)
+        return list(await pipe.execute(raise_on_error=False))
+
+
+class Single(Batch):
+    """One script call as a :class:`leases.Op`: its raw reply; an error reply raises."""
+
+    __slots__ = ()
+
+    def __init__(self, call: ScriptCall) -> None:
+        super().__init__((call,))
+
+    async def _run(self, send: Any, target: Any) -> Any:
+        return _raised((await super()._run(send, target))[0])
+
+
+async def arun(client: Any, call: ScriptCall) -> Any:
+    """Async :func:`run`, on a connection the library holds for the call."""
+    return await leases.call(client, Single(call))
+
+
+async def arun_batch(
+    client: Any, calls: Sequence[ScriptCall], wait: Wait | None = None
+) -> list[Any]:
+    """Async :func:`run_batch`, on a connection the library holds for the call."""
+    return list(await leases.call(client, Batch(calls, wait)))
+
+
+__all__ = [
+    "Batch",
+    "Call",
+    "ScriptCall",
+    "Single",
+    "Wait",
+    "arun",
+    "arun_batch",
+    "run",
+    "run_batch",
+]
