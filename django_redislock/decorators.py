@@ -148,9 +148,9 @@ def lock_view(
     ``"profile:{request.user.pk}"``, ``"order:{order_id}"``) or a callable taking them.
     The default ``timeout`` is 0 (do not wait). When busy: HTTP 423 with ``Retry-After``,
     or whatever ``on_busy(request, info)`` returns (``info``: the holder's
-    :class:`~django_redislock.LockInfo`, ``None`` if released meanwhile). ``on_busy`` may
-    be a dotted path; it defaults to ``REDISLOCK["VIEW_ON_BUSY"]``. ``purpose`` defaults
-    to the view's dotted path (the class's for class-based views).
+    :class:`~django_redislock.LockInfo` from the refusing reply, ``None`` if nobody held
+    it). ``on_busy`` may be a dotted path; it defaults to ``REDISLOCK["VIEW_ON_BUSY"]``.
+    ``purpose`` defaults to the view's dotted path (the class's for class-based views).
     """
     check_lock_kwargs(lock_kwargs)
     if on_busy is not None and not (callable(on_busy) or isinstance(on_busy, str)):
@@ -176,7 +176,10 @@ def lock_view(
                 handler = _resolve_on_busy(on_busy)
                 if handler is None or not iscoroutinefunction(handler):
                     return await sync_to_async(busy)(lock, args, kwargs)
-                info = await sync_to_async(holder_info)(lock)
+                if lock.busy_holder is not None:  # from the refusing reply: no round trip
+                    info = holder_info(lock)
+                else:
+                    info = await sync_to_async(holder_info)(lock)
                 return await handler(_request_of(args, kwargs), info)
 
             @functools.wraps(view)

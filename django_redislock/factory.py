@@ -60,12 +60,15 @@ def make_lock(name: str, **lock_kwargs: Any) -> BaseLock:
 
 
 def holder_info(lock: BaseLock) -> LockInfo | None:
-    """Who holds ``lock`` now (``None`` if nobody, or if Redis cannot tell us)."""
-    from .inspection import lock_info
+    """Who holds ``lock``: the holder that refused its last acquire (from the refusing
+    reply, no round trip), else read now (``None`` if nobody, or if Redis cannot tell us)."""
+    from .inspection import info_from_state, lock_info
 
     alias = getattr(lock, "connection", None)
     if alias is None:
         alias = next(iter(getattr(lock, "connections", None) or ()), None)
+    if lock.busy_holder is not None:
+        return info_from_state(lock.name, lock.key, lock.busy_holder, alias or "")
     try:
         return lock_info(lock.name, connection=alias)
     except RedisLockError as exc:

@@ -17,7 +17,7 @@ from .connection import lock_client
 from .exceptions import LockBackendUnavailable, RedisLockError
 from .holder import parse_holder
 from .keys import LockKeys, name_from_key, validate_name, validate_prefix
-from .kinds import Mutex
+from .kinds import HolderState, Mutex
 from .lock import is_unreachable
 from .transports.single import SingleNode
 
@@ -95,6 +95,12 @@ def build_info(
         connection=alias,
         token=_text(token),
     )
+
+
+def info_from_state(name: str, key: str, state: HolderState, alias: str) -> LockInfo:
+    """A :class:`LockInfo` from a holder read by a script (``read_holder``, a busy acquire)."""
+    meta = {"fence": str(state.fence), "holder": state.description}
+    return build_info(name, key, state.token, state.pttl_ms, meta, alias)
 
 
 def _keys(name: str) -> LockKeys:

@@ -35,7 +35,7 @@ from .exceptions import (
     RedisLockError,
 )
 from .keys import LockKeys, ttl_milliseconds, validate_name, validate_prefix, validate_seconds
-from .kinds.mutex import Attempt, Mutex, parse_acquire
+from .kinds.mutex import Attempt, Busy, Granted, HolderState, Mutex, parse_acquire
 from .transactions import defer_release_to_commit
 from .transports.replicated import NotReplicated, Replicated
 from .transports.single import SingleNode
@@ -131,8 +131,8 @@ class BaseLock:
         self.valid_until: float | None = None
         #: The holder's remaining TTL (seconds) seen by the last failed attempt.
         self.last_holder_ttl: float | None = None
-        #: ms the current acquire has waited (sent with each attempt: longest waiter first).
-        self._waited_ms = 0
+        #: Who held the lock when the last acquire gave up (from the refusing reply).
+        self.busy_holder: HolderState | None = None
         #: This lock's operations (its kind's scripts on its keys), set by the subclass.
         self.ops: Mutex
 
@@ -165,8 +165,8 @@ class BaseLock:
         """The token of the next acquire (``compat.CacheLock`` lets the caller choose it)."""
         return new_token()
 
-    def _do_acquire(self, token: str) -> Attempt:
-        """Try once: granted with the fence, or refused with the holder's pttl in ms."""
+    def _do_acquire(self, token: str, waited_ms: int) -> Attempt:
+        """Try once (``waited_ms``: how long this acquire has waited): Granted or Busy."""
         raise NotImplementedError
 
     def _do_release(self, token: str) -> bool:
@@ -179,7 +179,7 @@ class BaseLock:
         """Best-effort compare-and-delete after an acquire whose outcome is unknown."""
         raise NotImplementedError
 
-    async def _ado_acquire(self, token: str) -> Attempt:
+    async def _ado_acquire(self, token: str, waited_ms: int) -> Attempt:
         raise NotImplementedError
 
     async def _ado_release(self, token: str) -> bool:
@@ -301,19 +301,19 @@ class BaseLock:
                 attempts.before_attempt()
                 started = clock()
                 try:
-                    attempt = self._do_acquire(token)
+                    attempt = self._do_acquire(token, attempts.waited_ms)
                 except UNREACHABLE as exc:
                     self._cleanup_quietly(token)
-                    if self._waited_ms:
+                    if attempts.waited_ms:
                         self._unclaim_quietly(token)
                     raise self._backend_error(exc) from exc
                 except RedisError as exc:
                     raise self._backend_error(exc) from exc
-                if attempt.granted:
-                    return attempts.won(attempt.value, started)
+                if isinstance(attempt, Granted):
+                    return attempts.won(attempt.fence, started)
                 pause = attempts.next_pause(attempt, started)
                 if pause is None:
-                    if self._waited_ms:
+                    if attempts.waited_ms:
                         self._unclaim_quietly(token)
                     return False
                 if attempts.waiter is None:
@@ -490,7 +490,7 @@ class BaseLock:
                 started = clock()
                 cancels = _cancel_count()
                 try:
-                    attempt = await self._ado_acquire(token)
+                    attempt = await self._ado_acquire(token, attempts.waited_ms)
                     if _cancel_count() > cancels:
                         # redis-py can swallow a cancel that arrives mid-command.
                         raise asyncio.CancelledError
@@ -498,21 +498,21 @@ class BaseLock:
                     # The SET (or our claim on the next turn) may have landed:
                     # delete what holds our token before the cancel completes.
                     await _finish_shielded(self._ado_cleanup(token))
-                    if self._waited_ms:
+                    if attempts.waited_ms:
                         await _finish_shielded(self._ado_unclaim(token))
                     raise
                 except UNREACHABLE as exc:
                     await self._acleanup_quietly(token)
-                    if self._waited_ms:
+                    if attempts.waited_ms:
                         await self._aunclaim_quietly(token)
                     raise self._backend_error(exc) from exc
                 except RedisError as exc:
                     raise self._backend_error(exc) from exc
-                if attempt.granted:
-                    return attempts.won(attempt.value, started)
+                if isinstance(attempt, Granted):
+                    return attempts.won(attempt.fence, started)
                 pause = attempts.next_pause(attempt, started)
                 if pause is None:
-                    if self._waited_ms:
+                    if attempts.waited_ms:
                         await self._aunclaim_quietly(token)
                     return False
                 try:
@@ -521,7 +521,7 @@ class BaseLock:
                     else:
                         await attempts.waiter.await_wake(pause)
                 except asyncio.CancelledError:
-                    if self._waited_ms:
+                    if attempts.waited_ms:
                         # Before the cancel completes: a release must not hand
                         # the lock to a waiter that is gone.
                         await _finish_shielded(self._ado_unclaim(token))
@@ -615,6 +615,7 @@ class _Attempts:
         "refused_ms",
         "refused_sent",
         "token",
+        "waited_ms",
         "waiter",
     )
 
@@ -634,7 +635,9 @@ class _Attempts:
                 self.alias, lock.keys.channel, loop=loop, token=self.token
             )
         )
-        lock._waited_ms = 0
+        #: ms this acquire has waited, sent with each attempt: longest waiter first.
+        self.waited_ms = 0
+        lock.busy_holder = None
         # The last refused attempt: clock() before it was sent, the server's clock (ms).
         self.refused_sent = self.first
         self.refused_ms: int | None = None
@@ -679,7 +682,7 @@ class _Attempts:
             return None
         return grant.fence, handed
 
-    def next_pause(self, attempt: Attempt, started: float) -> float | None:
+    def next_pause(self, attempt: Busy, started: float) -> float | None:
         """After a refused attempt: seconds to sleep, or None when the timeout ran out.
 
         The wait is "confirming" right after subscribing (the confirmation wakes
@@ -687,15 +690,16 @@ class _Attempts:
         runs past the holder's expiry or our deadline.
         """
         lock = self.lock
-        pttl_ms = attempt.value
+        pttl_ms = attempt.wait_ms
         self.refused_sent, self.refused_ms = started, attempt.server_ms
         lock.last_holder_ttl = pttl_ms / 1000 if pttl_ms > 0 else None
+        lock.busy_holder = attempt.holder
         now = clock()
         if self.deadline is not None and now >= self.deadline:
             acquire_logger.debug("gave up on %r", lock.name)
             return None
         # From the second attempt on we are a waiter with a place in line.
-        lock._waited_ms = max(1, int((now - self.first) * 1000))
+        self.waited_ms = max(1, int((now - self.first) * 1000))
         if self.waiter is None and self.alias is not None:
             self.waiter = waiting.register(
                 self.alias, lock.keys.channel, loop=self.loop, token=self.token
@@ -804,27 +808,27 @@ class Lock(BaseLock):
     def _client(self) -> Any:
         return lock_client(self.connection)
 
-    def _do_acquire(self, token: str) -> Attempt:
+    def _do_acquire(self, token: str, waited_ms: int) -> Attempt:
         try:
-            attempt: Attempt = self.transport.call(self.ops.acquire(token, self._waited_ms))
+            attempt: Attempt = self.transport.call(self.ops.acquire(token, waited_ms))
         except NotReplicated as short:
-            if short.result.granted:
+            if isinstance(short.result, Granted):
                 self._cleanup_quietly(token)
             attempt = self._acquire_short(short)
         return attempt
 
-    async def _ado_acquire(self, token: str) -> Attempt:
+    async def _ado_acquire(self, token: str, waited_ms: int) -> Attempt:
         try:
-            attempt: Attempt = await self.transport.acall(self.ops.acquire(token, self._waited_ms))
+            attempt: Attempt = await self.transport.acall(self.ops.acquire(token, waited_ms))
         except NotReplicated as short:
-            if short.result.granted:
+            if isinstance(short.result, Granted):
                 await self._acleanup_quietly(token)
             attempt = self._acquire_short(short)
         return attempt
 
     def _acquire_short(self, short: NotReplicated) -> Attempt:
         """A refusal stands; a grant too few replicas saw was undone: ReplicasNotAcked."""
-        if not short.result.granted:
+        if isinstance(short.result, Busy):
             return short.result
         raise replication.not_acked(self.name, short.acked, short.wanted, short.ms)
 
@@ -977,4 +981,4 @@ def _background_done(task: asyncio.Task[Any]) -> None:
         release_logger.debug("background lock call failed: %r", task.exception())
 
 
-__all__ = ["Attempt", "BaseLock", "Lock", "clock", "parse_acquire"]
+__all__ = ["Attempt", "BaseLock", "Busy", "Granted", "Lock", "clock", "parse_acquire"]

@@ -50,6 +50,7 @@ from .connection import async_lock_client, park_inherited
 from .exceptions import LockBackendUnavailable, LockConfigurationError, RedisLockError
 from .keys import ttl_milliseconds, validate_seconds
 from .kinds import Mutex, Operation
+from .kinds.mutex import Busy, Granted, HolderState, parse_acquire
 from .lock import UNREACHABLE, Attempt, BaseLock, new_token
 from .transports import wire
 
@@ -389,7 +390,7 @@ class Redlock(BaseLock):
         self._attempt = (base_token, token, 0.0)
         return token, self.ops.acquire(token), jitter
 
-    def _do_acquire(self, token: str) -> Attempt:
+    def _do_acquire(self, token: str, waited_ms: int) -> Attempt:
         attempt, op, jitter = self._acquire_call(token)
         future = _background().submit(self._try_acquire(token, attempt, op, jitter))
         try:
@@ -406,7 +407,7 @@ class Redlock(BaseLock):
 
         return callback
 
-    async def _ado_acquire(self, token: str) -> Attempt:
+    async def _ado_acquire(self, token: str, waited_ms: int) -> Attempt:
         attempt, op, jitter = self._acquire_call(token)
         return await self._try_acquire(token, attempt, op, jitter)
 
@@ -434,7 +435,7 @@ class Redlock(BaseLock):
                 fence = max(grants.values())
                 written = await self._write_back(token, fence, grants)
             if written and clock.now() - started < self.ttl - self.drift:
-                return Attempt(True, fence)
+                return Granted(fence)
             acquire_logger.debug(
                 "Redlock %r: majority granted but %s", self.name,
                 "the fence write-back failed" if not written else "no validity left",
@@ -471,13 +472,28 @@ class Redlock(BaseLock):
             int(r[1]) for r in final.values() if not _failed(r) and not _granted(r) and r[1] > 0
         )
         if len(held) >= quorum:
-            return Attempt(False, held[0])  # a holder has a majority: wait for it
+            # A holder has a majority: wait for it.
+            return Busy(held[0], None, self._majority_busy_holder(final, held[0]))
         # A split vote (or no validity left): retry soon, after a random delay so that
         # competing clients do not collide again.
         elapsed = clock.now() - started
         spread = min(max(3 * elapsed, 0.001), self.ttl / 10)
         self._attempt = (base_token, token, random.uniform(0, spread))
-        return Attempt(False, max(1, round(spread * 1000)))
+        return Busy(max(1, round(spread * 1000)))
+
+    def _majority_busy_holder(self, results: dict[str, Any], pttl_ms: int) -> HolderState | None:
+        """The holder that refused us on a majority of the nodes (from their replies)."""
+        seen: dict[str, list[HolderState]] = {}
+        for result in results.values():
+            if _failed(result) or _granted(result):
+                continue
+            holder = parse_acquire(result)
+            if isinstance(holder, Busy) and holder.holder is not None:
+                seen.setdefault(holder.holder.token, []).append(holder.holder)
+        for holders in seen.values():
+            if len(holders) >= self.quorum:
+                return holders[0]._replace(pttl_ms=pttl_ms)
+        return None
 
     async def _write_back(self, token: str, fence: int, grants: dict[str, int]) -> bool:
         """Make counter >= fence hold on a majority of nodes where our token holds."""

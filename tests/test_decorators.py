@@ -382,10 +382,11 @@ def test_on_busy_from_settings(lock_backend, settings):
     assert response.status_code == 409 and response.json()["purpose"] == "test holder"
 
 
-def test_on_busy_info_is_none_when_released_meanwhile(lock_backend):
-    """The holder left between our failed attempt and the look-up: info is None."""
+def test_on_busy_info_is_the_refusing_holder_even_if_it_left_since(lock_backend):
+    """The holder comes with the refusal: released right after, info still names it."""
     seen = []
-    holder = hold("page:gone")
+    holder = hold("page:gone", purpose="the refusing holder")
+    token = holder.token
 
     def on_busy(request, info):
         seen.append(info)
@@ -407,7 +408,25 @@ def test_on_busy_info_is_none_when_released_meanwhile(lock_backend):
 
     with mock.patch("django_redislock.lock.Lock", ReleasingLock):
         response = view(RequestFactory().get("/"), slug="gone")
-    assert response.status_code == 503 and seen == [None]
+    assert response.status_code == 503
+    [info] = seen
+    assert info.token == token and info.purpose == "the refusing holder"
+    assert info.owner.pid == os.getpid() and 0 < info.ttl <= 5
+
+
+def test_on_busy_info_is_none_when_nobody_holds_it(lock_backend):
+    """Refused by a longer waiter's claim, nobody holding it: the look-up finds nobody."""
+    seen = []
+    lock = Lock("page:claimed", ttl=5)
+    client = lock_backend.client()
+    client.set(lock.keys.claim, "other-waiter:60000:5000:1:someone", px=5000)
+
+    @lock_view("page:{slug}", on_busy=lambda request, info: seen.append(info) or 503)
+    def view(request, slug):
+        raise AssertionError("not reached")
+
+    assert view(RequestFactory().get("/"), slug="claimed") == 503
+    assert seen == [None]
 
 
 @URLS

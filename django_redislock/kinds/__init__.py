@@ -5,7 +5,7 @@ keys, args, reply parser); a transport (:mod:`django_redislock.transports`)
 decides how it reaches Redis.
 """
 
-from .mutex import HolderState, Mutex
+from .mutex import Busy, Granted, HolderState, Mutex
 from .operation import Operation
 
-__all__ = ["HolderState", "Mutex", "Operation"]
+__all__ = ["Busy", "Granted", "HolderState", "Mutex", "Operation"]

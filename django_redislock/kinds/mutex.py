@@ -23,24 +23,6 @@ from ..scripts import (
 from .operation import Operation, is_one, raw, text
 
 
-class Attempt(NamedTuple):
-    """What one acquire attempt got back from Redis."""
-
-    #: True when the lock is ours now.
-    granted: bool
-    #: The fence when granted; else ms the caller may sleep before trying again.
-    value: int
-    #: The server's clock (ms) when it refused us, if the script sent it: the
-    #: reference a later hand-off message is measured against.
-    server_ms: int | None = None
-
-
-def parse_acquire(reply: Any) -> Attempt:
-    """The acquire script's reply: ``{1, fence}`` or ``{0, ms, server_ms}``."""
-    server_ms = int(reply[2]) if len(reply) > 2 else None
-    return Attempt(int(reply[0]) == 1, int(reply[1]), server_ms)
-
-
 class HolderState(NamedTuple):
     """Who holds a lock, read from Redis in one call."""
 
@@ -51,6 +33,44 @@ class HolderState(NamedTuple):
     fence: int
     #: The holder description written at acquire time (``holder.parse_holder`` reads it).
     description: str
+
+
+class Granted(NamedTuple):
+    """An acquire attempt that took the lock."""
+
+    #: The holder's fence (0 without fencing).
+    fence: int
+
+
+class Busy(NamedTuple):
+    """An acquire attempt refused: someone holds the lock, or a longer waiter has the turn."""
+
+    #: ms the caller may sleep before trying again (the holder's TTL, or the claim's).
+    wait_ms: int
+    #: The server's clock (ms) when it refused, if it sent it: the reference a
+    #: later hand-off message is measured against.
+    server_ms: int | None = None
+    #: Who holds the lock (``None``: free, but a longer waiter has the next turn).
+    holder: HolderState | None = None
+
+
+#: What one acquire attempt got back.
+Attempt = Granted | Busy
+
+
+def parse_acquire(reply: Any) -> Granted | Busy:
+    """The acquire script's reply: ``{1, fence}`` or ``{0, ms, now_ms[, token, fence, holder]}``."""
+    if int(reply[0]) == 1:
+        return Granted(int(reply[1]))
+    wait_ms = int(reply[1])
+    server_ms = int(reply[2]) if len(reply) > 2 and int(reply[2]) >= 0 else None
+    holder = None
+    if len(reply) > 5:
+        fence = text(reply[4])
+        holder = HolderState(
+            text(reply[3]), wait_ms, int(fence) if fence.isdigit() else 0, text(reply[5])
+        )
+    return Busy(wait_ms, server_ms, holder)
 
 
 def parse_holder_state(reply: Any) -> HolderState | None:
@@ -156,4 +176,12 @@ class Mutex:
         return Operation(FORCE_RELEASE, self._extend_keys, (keys.channel, token or ""), raw)
 
 
-__all__ = ["Attempt", "HolderState", "Mutex", "parse_acquire", "parse_holder_state"]
+__all__ = [
+    "Attempt",
+    "Busy",
+    "Granted",
+    "HolderState",
+    "Mutex",
+    "parse_acquire",
+    "parse_holder_state",
+]

@@ -9,13 +9,14 @@
 -- ARGV[1] token, ARGV[2] TTL in ms, ARGV[3] '1' to bump the fence, '0' not to,
 -- ARGV[4] holder description, ARGV[5] ms this caller has waited so far,
 -- ARGV[6] claim TTL in ms
--- Returns {1, fence} when acquired (fence 0 without fencing), or {0, ms, now_ms}
--- with how long the caller may sleep before the next attempt (the holder's
--- remaining TTL, or the remaining life of a longer waiter's claim) and the
--- server's clock (TIME, in ms; only with a claim key, and left out where the ACL
--- refuses TIME): a waiter
--- compares it with the time a release handed the lock to it (release.lua), to
--- tell a live hand-off from a stale one.
+-- Returns {1, fence} when acquired (fence 0 without fencing), or
+-- {0, ms, now_ms[, token, fence, holder]} with how long the caller may sleep
+-- before the next attempt (the holder's remaining TTL, or the remaining life of
+-- a longer waiter's claim), the server's clock (TIME, in ms; -1 without a claim
+-- key or where the ACL refuses TIME): a waiter compares it with the time a
+-- release handed the lock to it (release.lua), to tell a live hand-off from a
+-- stale one; and, when someone holds the lock, who: its token, fence and holder
+-- description ('' when unknown), so a busy caller needs no second call to say who.
 local current = redis.call('GET', KEYS[1])
 if current == ARGV[1] then
   -- Our own token is already there: a retried call whose first reply was lost.
@@ -43,10 +44,16 @@ if current or (claimant and claimant ~= ARGV[1] and claimed > waited) then
   -- Only a waiter with a claim key can be handed the lock. pcall: an ACL without
   -- TIME only costs the heir of a hand-off a confirming attempt.
   local now = KEYS[4] and redis.pcall('TIME')
-  if not now or now.err then
-    return {0, wait}
+  local now_ms = -1
+  if now and not now.err then
+    now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
   end
-  return {0, wait, tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)}
+  if not current then
+    return {0, wait, now_ms}
+  end
+  -- HGET, not HMGET: the minimal ACL (SECURITY.md) has no HMGET.
+  local fence = redis.call('HGET', KEYS[3], 'fence') or ''
+  return {0, wait, now_ms, current, fence, redis.call('HGET', KEYS[3], 'holder') or ''}
 end
 if claimant == ARGV[1] then
   redis.call('DEL', KEYS[4])

@@ -6,5 +6,7 @@ local token = redis.call('GET', KEYS[1])
 if not token then
   return {}
 end
-local meta = redis.call('HMGET', KEYS[2], 'fence', 'holder')
-return {token, redis.call('PTTL', KEYS[1]), meta[1] or '', meta[2] or ''}
+-- HGET, not HMGET: the minimal ACL (SECURITY.md) has no HMGET.
+local fence = redis.call('HGET', KEYS[2], 'fence') or ''
+local holder = redis.call('HGET', KEYS[2], 'holder') or ''
+return {token, redis.call('PTTL', KEYS[1]), fence, holder}

@@ -17,8 +17,7 @@ import re
 from typing import Any
 
 from ...exceptions import LockNotAcquired, RedisLockError
-from ...factory import make_lock
-from ...inspection import lock_info
+from ...factory import holder_info, make_lock
 from ...lock import BaseLock
 from .options import LockOptions
 
@@ -44,12 +43,14 @@ def _connection_kwargs(options: LockOptions) -> dict[str, Any]:
     return {k: v for k, v in options.lock_kwargs.items() if k != "purpose"}
 
 
-def queued_task_id(name: str, options: LockOptions) -> str | None:
-    """The id of the task holding the queued marker ``name`` (``None`` if free).
+def queued_task_id(marker: BaseLock) -> str | None:
+    """The id of the task holding the queued marker that ``marker`` could not take
+    (``None`` if free); read from the refusing reply when it named the holder.
 
-    ``LockNotAcquired`` if ``name`` is held by something that is not a queued task.
+    ``LockNotAcquired`` if it is held by something that is not a queued task.
     """
-    info = lock_info(name, connection=options.lock_kwargs.get("connection"))
+    name = marker.name
+    info = holder_info(marker)
     if info is None:
         return None
     match = _QUEUED_AS.search(info.purpose)
@@ -78,7 +79,7 @@ def take_marker(
         )
         if marker.acquire(timeout=wait):
             return marker, None
-        existing = queued_task_id(name, options)
+        existing = queued_task_id(marker)
         if existing is not None:
             if options.on_busy == "error":
                 raise LockNotAcquired(
