@@ -37,6 +37,7 @@ from .exceptions import (
 from .keys import LockKeys, ttl_milliseconds, validate_name, validate_prefix, validate_seconds
 from .kinds.mutex import Attempt, Busy, Granted, HolderState, Mutex, parse_acquire
 from .transactions import defer_release_to_commit
+from .transports.base import Transport
 from .transports.replicated import NotReplicated, Replicated
 from .transports.single import SingleNode
 
@@ -135,6 +136,8 @@ class BaseLock:
         self.busy_holder: HolderState | None = None
         #: This lock's operations (its kind's scripts on its keys), set by the subclass.
         self.ops: Mutex
+        #: How they reach Redis, set by the subclass.
+        self.transport: Transport
 
     @property
     def lost(self) -> bool:
@@ -204,21 +207,10 @@ class BaseLock:
         """The alias whose pub/sub wakes waiters, or None to use backoff only."""
         return None
 
-    def _renew_group(self) -> Any:
-        """Locks with the same group key can be renewed together (``_extend_many``)."""
-        return None
-
-    @classmethod
-    def _extend_many(cls, batch: list[tuple[Any, str]]) -> list[Any]:
-        """Renew several locks of one group: True, False or an exception each."""
-        raise NotImplementedError
-
-    def _orphan_release(self, token: str) -> Callable[[], Any]:
-        """A callable releasing ``token`` that does not reference this object."""
-        raise NotImplementedError
-
-    def _validity(self, started: float) -> float:
-        """Seconds the holder may trust the lock from ``started`` (before the send)."""
+    @property
+    def validity(self) -> float:
+        """Seconds the holder may trust the lock from just before the call that took or
+        renewed it was sent (the TTL; less the clock drift for Redlock)."""
         return self.ttl
 
     # -- state --------------------------------------------------------------
@@ -237,7 +229,7 @@ class BaseLock:
         self._owner_pid = os.getpid()
         self.acquired_monotonic = started
         self._acquired_wall = time.time()
-        self.valid_until = started + self._validity(started)
+        self.valid_until = started + self.validity
         self.last_holder_ttl = None
         if self.watchdog:
             watchdog.watch(self, in_loop=in_loop)
@@ -673,7 +665,7 @@ class _Attempts:
         handed = self.refused_sent + (grant.handed_at_ms - self.refused_ms - 1) / 1000
         handed -= (now - self.refused_sent) * CLOCK_RATE_ERROR
         lock = self.lock
-        if now >= handed + lock._validity(handed):
+        if now >= handed + lock.validity:
             acquire_logger.info(
                 "A hand-off of %r came too late to use (%.3fs after it was made); waiting on",
                 lock.name,
@@ -776,7 +768,7 @@ class Lock(BaseLock):
             watchdog=self.watchdog,
             claim_ms=None if wait_replicas else CLAIM_MS,
         )
-        self.transport: SingleNode = (
+        self.transport = (
             Replicated(alias, wait_replicas, self.wait_timeout, self.ttl)
             if wait_replicas
             else SingleNode(alias)
@@ -812,25 +804,21 @@ class Lock(BaseLock):
         try:
             attempt: Attempt = self.transport.call(self.ops.acquire(token, waited_ms))
         except NotReplicated as short:
-            if isinstance(short.result, Granted):
-                self._cleanup_quietly(token)
-            attempt = self._acquire_short(short)
+            self._cleanup_quietly(token)
+            raise self._replicas_missing(short) from None
         return attempt
 
     async def _ado_acquire(self, token: str, waited_ms: int) -> Attempt:
         try:
             attempt: Attempt = await self.transport.acall(self.ops.acquire(token, waited_ms))
         except NotReplicated as short:
-            if isinstance(short.result, Granted):
-                await self._acleanup_quietly(token)
-            attempt = self._acquire_short(short)
+            await self._acleanup_quietly(token)
+            raise self._replicas_missing(short) from None
         return attempt
 
-    def _acquire_short(self, short: NotReplicated) -> Attempt:
-        """A refusal stands; a grant too few replicas saw was undone: ReplicasNotAcked."""
-        if isinstance(short.result, Busy):
-            return short.result
-        raise replication.not_acked(self.name, short.acked, short.wanted, short.ms)
+    def _replicas_missing(self, short: NotReplicated) -> RedisLockError:
+        """Granted, but too few replicas saw it: undone, ReplicasNotAcked."""
+        return replication.not_acked(self.name, short.acked, short.wanted, short.ms)
 
     def _do_release(self, token: str) -> bool:
         return bool(self.transport.call(self.ops.release(token)))
@@ -842,19 +830,17 @@ class Lock(BaseLock):
         try:
             return bool(self.transport.call(self.ops.extend(token, ttl_ms)))
         except NotReplicated as short:
-            return self._extend_short(short)
+            raise self._not_replicated(short) from None
 
     async def _ado_extend(self, token: str, ttl_ms: int) -> bool:
         try:
             return bool(await self.transport.acall(self.ops.extend(token, ttl_ms)))
         except NotReplicated as short:
-            return self._extend_short(short)
+            raise self._not_replicated(short) from None
 
-    def _extend_short(self, short: NotReplicated) -> bool:
-        """Not ours any more, or ours on the primary only: ExtendNotReplicated."""
-        if not short.result:
-            return False
-        raise replication.extend_not_acked(self.name, short.acked, short.wanted, short.ms)
+    def _not_replicated(self, short: NotReplicated) -> RedisLockError:
+        """Extended on the primary only: the validity does not move (ExtendNotReplicated)."""
+        return replication.extend_not_acked(self.name, short.acked, short.wanted, short.ms)
 
     def _do_cleanup(self, token: str) -> None:
         self._do_release(token)
@@ -867,31 +853,6 @@ class Lock(BaseLock):
         if holder is None or holder.token != token:
             return None
         return int(holder.fence)
-
-    def _renew_group(self) -> Any:
-        return self.transport.renew_group
-
-    @classmethod
-    def _extend_many(cls, batch: list[tuple[Any, str]]) -> list[Any]:
-        transport = batch[0][0].transport
-        outcomes = transport.call_many([lock.ops.extend(token) for lock, token in batch])
-        return [lock._renewal_outcome(o) for (lock, _), o in zip(batch, outcomes, strict=True)]
-
-    def _renewal_outcome(self, outcome: Any) -> Any:
-        if not isinstance(outcome, NotReplicated):
-            return outcome
-        try:
-            return self._extend_short(outcome)
-        except RedisLockError as exc:
-            return exc
-
-    def _orphan_release(self, token: str) -> Callable[[], Any]:
-        transport, op = self.transport, self.ops.release(token)
-
-        def release() -> Any:
-            return transport.call(op)
-
-        return release
 
     # -- queries ----------------------------------------------------------------
     def locked(self) -> bool:

@@ -283,6 +283,84 @@ async def _release_on(
     return _count(results, 1), results
 
 
+class Nodes:
+    """Redlock's nodes as a transport, for the operations a majority settles by saying
+    1 or 0 (extend; release): each is sent to every node at once, replies are gathered
+    until a majority said the same, and the answer counts only if it came within the
+    validity. The watchdog renews, and releases a collected Redlock, through it.
+    Acquire and the caller's release keep their own rules in :class:`Redlock`.
+    """
+
+    __slots__ = ("connections", "deadlines", "inflight", "name", "quorum", "validity")
+
+    def __init__(
+        self, name: str, connections: tuple[str, ...], deadlines: Deadlines, validity: float
+    ) -> None:
+        self.name, self.connections, self.deadlines = name, connections, deadlines
+        #: How many nodes make a majority.
+        self.quorum = len(connections) // 2 + 1
+        #: Seconds a majority's answer may be trusted from just before the send.
+        self.validity = validity
+        # The last call per node, so the next one queues behind it.
+        self.inflight: dict[str, asyncio.Future[Any]] = {}
+
+    @property
+    def renew_group(self) -> None:
+        """Never batched: each renewal is a scatter of its own."""
+        return None
+
+    async def acall(self, op: Operation, validity: float | None = None) -> bool:
+        """True when a majority said 1 in time; False when a majority (or too late) did not.
+
+        ``LockBackendUnavailable`` when too few nodes answered to tell.
+        """
+        quorum, total = self.quorum, len(self.connections)
+
+        def enough(results: dict[str, Any]) -> bool:
+            return _count(results, 1) >= quorum or _count(results, 0) > total - quorum
+
+        started = clock.now()
+        results, _ = await _scatter(
+            self.connections, _script_op(op), self.deadlines, self.inflight, enough
+        )
+        if _count(results, 1) >= quorum:
+            return clock.now() - started < (self.validity if validity is None else validity)
+        self.raise_if_too_few(results, op.script.name)
+        return False
+
+    def call(self, op: Operation) -> bool:
+        """:meth:`acall` from a thread, on the Redlock loop thread."""
+        return bool(_run_sync(self.acall(op)))
+
+    def call_many(self, ops: Sequence[Operation]) -> list[Any]:
+        outcomes: list[Any] = []
+        for op in ops:
+            try:
+                outcomes.append(self.call(op))
+            except Exception as exc:
+                outcomes.append(exc)
+        return outcomes
+
+    async def acall_many(self, ops: Sequence[Operation]) -> list[Any]:
+        return list(await asyncio.gather(*(self.acall(op) for op in ops), return_exceptions=True))
+
+    def raise_if_too_few(self, results: dict[str, Any], action: str) -> None:
+        """``LockBackendUnavailable`` when fewer than a majority answered and no majority
+        said "not yours" (that is ``LockNotOwned``'s to report)."""
+        answered = [alias for alias, r in results.items() if not _failed(r)]
+        if _count(results, 0) > len(self.connections) - self.quorum:
+            return
+        if len(answered) < self.quorum:
+            missing = [alias for alias in self.connections if alias not in answered]
+            raise LockBackendUnavailable(
+                f"Redlock {self.name!r}: could not {action} on a majority; only "
+                f"{len(answered)} of {len(self.connections)} nodes answered; unreachable: "
+                + ", ".join(f"{alias} ({_describe(results.get(alias))})" for alias in missing),
+                lock_name=self.name,
+                aliases=missing,
+            ) from _first_error(results)
+
+
 class Redlock(BaseLock):
     """A lock held on a majority of independent Redis primaries (django-redis aliases).
 
@@ -344,16 +422,19 @@ class Redlock(BaseLock):
             claim_ms=None,
             hand_over=False,
         )
+        self._nodes = Nodes(self.name, self.connections, self._deadlines, self.validity)
+        self.transport = self._nodes
         # This object's last call per node, so the next one queues behind it.
-        self._inflight: dict[str, asyncio.Future[Any]] = {}
+        self._inflight = self._nodes.inflight
         # (base token of the acquire call, token of its current attempt, jitter before retry)
         self._attempt: tuple[str, str, float] | None = None
         # Whether the lock being released was still valid when its release began.
         self._releasing_valid = False
 
     # -- validity -------------------------------------------------------------------
-    def _validity(self, started: float) -> float:
-        """Redlock validity from ``started`` (before the first send): ttl - drift."""
+    @property
+    def validity(self) -> float:
+        """Redlock validity from just before the first send: ttl - drift."""
         return self.ttl - self.drift
 
     def _took(self, token: str, fence: int, started: float, *, in_loop: bool = False) -> None:
@@ -581,33 +662,12 @@ class Redlock(BaseLock):
         return True
 
     async def _extend(self, token: str, ttl_ms: int) -> bool:
-        quorum, total = self.quorum, len(self.connections)
-
-        def enough(results: dict[str, Any]) -> bool:
-            return _count(results, 1) >= quorum or _count(results, 0) > total - quorum
-
-        op = _script_op(self.ops.extend(token, ttl_ms))
-        started = clock.now()
-        results, _ = await _scatter(self.connections, op, self._deadlines, self._inflight, enough)
-        if _count(results, 1) >= quorum:
-            ttl = ttl_ms / 1000
-            return clock.now() - started < ttl - clock_drift(ttl)
-        self._raise_if_too_few(results, "extend")
-        return False
+        ttl = ttl_ms / 1000
+        op = self.ops.extend(token, ttl_ms)
+        return await self._nodes.acall(op, validity=ttl - clock_drift(ttl))
 
     def _raise_if_too_few(self, results: dict[str, Any], action: str) -> None:
-        answered = [alias for alias, r in results.items() if not _failed(r)]
-        if _count(results, 0) > len(self.connections) - self.quorum:
-            return  # a majority says "not yours": LockNotOwned, not unavailable
-        if len(answered) < self.quorum:
-            missing = [alias for alias in self.connections if alias not in answered]
-            raise LockBackendUnavailable(
-                f"Redlock {self.name!r}: could not {action} on a majority; only "
-                f"{len(answered)} of {len(self.connections)} nodes answered; unreachable: "
-                + ", ".join(f"{alias} ({_describe(results.get(alias))})" for alias in missing),
-                lock_name=self.name,
-                aliases=missing,
-            ) from _first_error(results)
+        self._nodes.raise_if_too_few(results, action)
 
     def _do_release(self, token: str) -> bool:
         return bool(_run_sync(self._release(token)))
@@ -620,16 +680,6 @@ class Redlock(BaseLock):
 
     async def _ado_extend(self, token: str, ttl_ms: int) -> bool:
         return await self._extend(token, ttl_ms)
-
-    def _orphan_release(self, token: str) -> Callable[[], Any]:
-        aliases, deadlines, quorum = self.connections, self._deadlines, self.quorum
-        op = self.ops.release(token)
-
-        def release() -> Any:
-            released, _ = _run_sync(_release_on(aliases, op, deadlines, None, quorum))
-            return released >= quorum
-
-        return release
 
     def _backend_error(self, exc: BaseException) -> RedisLockError:
         if isinstance(exc, RedisLockError):

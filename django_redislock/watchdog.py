@@ -2,9 +2,10 @@
 
 ONE daemon thread per process renews every watchdog lock taken with
 ``acquire()``; ONE task per event loop renews those taken with ``aacquire()``.
-Each lock is renewed at about ttl/3 with a compare-token-and-extend script (it
-never re-creates a lock that is gone). Locks of one connection that fall due
-together are renewed in one pipelined round trip.
+Each lock is renewed at about ttl/3 with its kind's extend operation (compare
+token, then extend: it never re-creates a lock that is gone), sent by the lock's
+transport. Locks of one transport group (one connection) that fall due together
+are renewed in one pipelined round trip.
 
 A renewal that finds the token gone, or that cannot reach Redis before the
 lock's local validity ran out, marks the lock lost: ``lock.lost`` turns True,
@@ -24,9 +25,12 @@ import os
 import threading
 import weakref
 from collections.abc import Callable, Hashable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import clock, signals
+
+if TYPE_CHECKING:
+    from .transports.base import Transport
 
 logger = logging.getLogger("django_redislock.watchdog")
 
@@ -42,11 +46,13 @@ IDLE_EXIT_SECONDS = 1.0
 
 
 class Renewable(Protocol):
-    """Exactly what the watchdog needs from a lock (``BaseLock`` implements it: Lock, Redlock).
+    """Exactly what the watchdog needs from a lock (``BaseLock`` implements it).
 
-    The public attributes are the lock's own; the underscored ones are the hooks a
-    lock kind implements for its Redis calls. Nothing else of a lock is touched here,
-    so a new kind only has to provide these.
+    Its state, its ``transport`` (how its operations reach Redis) and its ``ops``
+    (its kind's operations): a renewal is ``transport.call_many([ops.extend(token)])``
+    (locks of one ``transport.renew_group`` share the batch), and a lock collected while
+    held is released with ``transport.call(ops.release(token))``. Nothing else of a
+    lock is touched here, so a new kind or transport needs no change to the watchdog.
     """
 
     name: str
@@ -60,27 +66,25 @@ class Renewable(Protocol):
     valid_until: float | None
     #: Set once, by :func:`mark_lost`.
     _lost: bool
-    #: The TTL each renewal sets.
-    _ttl_ms: int
+    transport: Transport
 
-    def _validity(self, started: float) -> float:
-        """Seconds a renewal sent at ``started`` may be trusted for (TTL, less drift)."""
+    @property
+    def ops(self) -> RenewOps:
+        """The lock's operations (``extend`` and ``release`` are sent here)."""
 
-    def _do_extend(self, token: str, ttl_ms: int) -> bool:
-        """Renew once (sync): True, or False when the token is gone."""
+    @property
+    def validity(self) -> float:
+        """Seconds a renewal may be trusted for, from just before it was sent."""
 
-    async def _ado_extend(self, token: str, ttl_ms: int) -> bool:
-        """Renew once (async): True, or False when the token is gone."""
 
-    def _renew_group(self) -> Hashable | None:
-        """Locks with the same group may be renewed together by ``_extend_many``."""
+class RenewOps(Protocol):
+    """The two operations of a kind the watchdog sends (by the lock's own TTL)."""
 
-    @classmethod
-    def _extend_many(cls, batch: list[tuple[Any, str]]) -> list[Any]:
-        """Renew ``(lock, token)`` pairs of one group: one outcome (bool or error) each."""
+    def extend(self, token: str) -> Any:
+        """Renew ``token``'s hold: true when renewed, false when it is gone."""
 
-    def _orphan_release(self, token: str) -> Callable[[], Any]:
-        """A callable that releases ``token`` without the lock object (it was collected)."""
+    def release(self, token: str) -> Any:
+        """Release ``token``'s hold."""
 
 
 class _Entry:
@@ -92,7 +96,7 @@ class _Entry:
         self.token = token
         self.due = due
         # What releasing it needs without the object (used if it is collected).
-        self.release: Callable[[], Any] = lock._orphan_release(token)
+        self.release: tuple[Transport, Any] = (lock.transport, lock.ops.release(token))
         self.weak = weakref.ref(lock)
 
 
@@ -158,7 +162,7 @@ class _Schedule:
             return
         now = clock.now()
         if outcome is True:
-            lock.valid_until = started + lock._validity(started)
+            lock.valid_until = started + lock.validity
             entry.due = started + lock.ttl * RENEW_FRACTION
         elif outcome is False:
             self.entries.pop(id(lock), None)
@@ -234,37 +238,70 @@ class _ThreadWatchdog:
 
     def _renew(self, due: list[tuple[_Entry, Renewable]]) -> None:
         started = clock.now()
-        outcomes = _renew_batch([(lock, entry.token) for entry, lock in due])
+        outcomes = _renew_batch(due)
         with self.cond:
             for (entry, lock), outcome in zip(due, outcomes, strict=True):
                 self.schedule.settle(entry, lock, outcome, started)
 
 
-def _renew_batch(items: list[tuple[Renewable, str]]) -> list[Any]:
-    """Renew many locks: grouped per connection where the lock class can batch."""
-    outcomes: list[Any] = [None] * len(items)
-    groups: dict[Any, list[int]] = {}
-    for index, (lock, _) in enumerate(items):
-        groups.setdefault(lock._renew_group(), []).append(index)
-    for group, indexes in groups.items():
-        if group is not None and len(indexes) > 1:
-            batch = [items[i] for i in indexes]
-            results = type(batch[0][0])._extend_many(batch)
-            for i, result in zip(indexes, results, strict=True):
-                outcomes[i] = result
-            continue
-        for i in indexes:
-            lock, token = items[i]
-            try:
-                outcomes[i] = lock._do_extend(token, lock._ttl_ms)
-            except Exception as exc:  # reported through settle()
-                outcomes[i] = exc
+def _groups(due: list[tuple[_Entry, Renewable]]) -> list[list[int]]:
+    """Indexes of ``due`` per renewal batch: one per transport group, the rest alone."""
+    groups: dict[Hashable, list[int]] = {}
+    alone: list[list[int]] = []
+    for index, (_, lock) in enumerate(due):
+        group = lock.transport.renew_group
+        if group is None:
+            alone.append([index])
+        else:
+            groups.setdefault(group, []).append(index)
+    return [*groups.values(), *alone]
+
+
+def _batch(due: list[tuple[_Entry, Renewable]], indexes: list[int]) -> tuple[Transport, list[Any]]:
+    transport = due[indexes[0]][1].transport
+    return transport, [due[i][1].ops.extend(due[i][0].token) for i in indexes]
+
+
+def _spread(
+    due: list[tuple[_Entry, Renewable]], groups: list[list[int]], results: list[Any]
+) -> list[Any]:
+    """One outcome per due lock, from each batch's outcomes (or the error of the whole batch)."""
+    outcomes: list[Any] = [None] * len(due)
+    for indexes, result in zip(groups, results, strict=True):
+        batch = result if isinstance(result, list) else [result] * len(indexes)
+        for index, outcome in zip(indexes, batch, strict=True):
+            outcomes[index] = outcome
     return outcomes
 
 
+def _renew_batch(due: list[tuple[_Entry, Renewable]]) -> list[Any]:
+    """Renew the due locks, a batch per transport group: True, False or an exception each."""
+    groups = _groups(due)
+    results: list[Any] = []
+    for indexes in groups:
+        transport, ops = _batch(due, indexes)
+        try:
+            results.append(transport.call_many(ops))
+        except Exception as exc:  # reported through settle()
+            results.append(exc)
+    return _spread(due, groups, results)
+
+
+async def _arenew_batch(due: list[tuple[_Entry, Renewable]]) -> list[Any]:
+    """Async :func:`_renew_batch`: the batches at once."""
+    groups = _groups(due)
+    calls = []
+    for indexes in groups:
+        transport, ops = _batch(due, indexes)
+        calls.append(transport.acall_many(ops))
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    return _spread(due, groups, list(results))
+
+
 def _release_orphan(entry: _Entry) -> None:
+    transport, op = entry.release
     try:
-        entry.release()
+        transport.call(op)
     except Exception as exc:  # it expires by its TTL anyway
         logger.info("Could not release a garbage-collected lock: %s", exc)
 
@@ -298,10 +335,7 @@ class _LoopWatchdog:
             if due:
                 idle_since = None
                 started = clock.now()
-                outcomes = await asyncio.gather(
-                    *(lock._ado_extend(entry.token, lock._ttl_ms) for entry, lock in due),
-                    return_exceptions=True,
-                )
+                outcomes = await _arenew_batch(due)
                 for (entry, lock), outcome in zip(due, outcomes, strict=True):
                     self.schedule.settle(entry, lock, outcome, started)
                 continue

@@ -23,6 +23,7 @@ from django_redislock.replication import (
     wait_timeout_ms,
 )
 from django_redislock.testing import FaultProxy, RedisServer
+from django_redislock.transports.replicated import NotReplicated
 from tests.support.cluster import primary_sees_acks, promote, replicate, wait_until
 
 ALIAS = "ha"
@@ -190,10 +191,12 @@ def test_batched_watchdog_renewals_wait_for_replicas_too(pair: Pair) -> None:
     locks = [Lock(f"batch-{i}", wait_replicas=1, wait_timeout=1.0) for i in range(2)]
     for lock in locks:
         assert lock.acquire(timeout=0)
-    assert Lock._extend_many([(lock, lock.token) for lock in locks]) == [True, True]
+    transport = locks[0].transport  # what the watchdog sends a batch of renewals through
+    assert transport.call_many([lock.ops.extend(lock.token) for lock in locks]) == [True, True]
     pair.link.hold()
-    outcomes = Lock._extend_many([(lock, lock.token) for lock in locks])
-    assert [type(o) for o in outcomes] == [ExtendNotReplicated, ExtendNotReplicated]
+    outcomes = transport.call_many([lock.ops.extend(lock.token) for lock in locks])
+    assert [type(o) for o in outcomes] == [NotReplicated, NotReplicated]
+    assert all(o.acked == 0 and o.wanted == 1 for o in outcomes)
     pair.link.release_hold()
     for lock in locks:
         lock.release()

@@ -196,64 +196,74 @@ def test_fork_child_has_no_watchdog_and_cannot_renew(real_backend):
 class _CounterKind:
     """A lock kind written from nothing but watchdog.Renewable: one key, compare-and-PEXPIRE.
 
-    The watchdog must renew it, report it lost and release it when collected without a
-    change of its own (DESIGN §8: adding a kind needs no change to the watchdog).
+    Its own operations (plain tuples) and its own transport that understands them: the
+    watchdog must renew it, report it lost and release it when collected without a change
+    of its own (DESIGN §8: adding a kind or a transport needs no change to the watchdog).
     """
 
     def __init__(self, client, name, ttl=TTL):
-        self.client = client
         self.name = name
         self.ttl = ttl
-        self._ttl_ms = int(ttl * 1000)
+        self.validity = ttl
         self.max_hold = None
         self.acquired_monotonic = None
         self.valid_until = None
         self.on_lost = None
         self._lost = False
         self.token = None
-        self.renewals = 0
         self.renewed_twice = threading.Event()
         self.orphan_released = threading.Event()
+        self.ops = _CounterOps(name, int(ttl * 1000))
+        self.transport = _CounterTransport(client, self.renewed_twice, self.orphan_released)
 
     def take(self):
         from django_redislock.clock import now
 
         self.token = "tok-" + self.name
-        assert self.client.set(self.name, self.token, px=self._ttl_ms, nx=True)
+        assert self.transport.client.set(self.name, self.token, px=self.ops.ttl_ms, nx=True)
         self.acquired_monotonic = now()
         self.valid_until = self.acquired_monotonic + self.ttl
         watchdog_module.watch(self)
 
-    def _validity(self, started):
-        return self.ttl
 
-    def _do_extend(self, token, ttl_ms):
-        if self.client.get(self.name) != token.encode():
+class _CounterOps:
+    def __init__(self, name, ttl_ms):
+        self.name, self.ttl_ms = name, ttl_ms
+
+    def extend(self, token):
+        return ("extend", self.name, token, self.ttl_ms)
+
+    def release(self, token):
+        return ("release", self.name, token, 0)
+
+
+class _CounterTransport:
+    renew_group = None  # never batched with another lock
+
+    def __init__(self, client, renewed_twice, released):
+        self.client = client
+        self.renewals = 0
+        self.renewed_twice, self.released = renewed_twice, released
+
+    def call(self, op):
+        action, name, token, ttl_ms = op
+        if action == "release":
+            self.client.delete(name)
+            self.released.set()
+            return True
+        if self.client.get(name) != token.encode():
             return False
-        self.client.pexpire(self.name, ttl_ms)
+        self.client.pexpire(name, ttl_ms)
         self.renewals += 1
         if self.renewals >= 2:
             self.renewed_twice.set()
         return True
 
-    async def _ado_extend(self, token, ttl_ms):
-        return self._do_extend(token, ttl_ms)
+    def call_many(self, ops):
+        return [self.call(op) for op in ops]
 
-    def _renew_group(self):
-        return None
-
-    @classmethod
-    def _extend_many(cls, batch):
-        raise AssertionError("group None: never batched")
-
-    def _orphan_release(self, token):
-        client, name, released = self.client, self.name, self.orphan_released
-
-        def release():
-            client.delete(name)
-            released.set()
-
-        return release
+    async def acall_many(self, ops):
+        return self.call_many(ops)
 
 
 def test_a_new_kind_needs_only_the_renewable_protocol(lock_backend):

@@ -53,6 +53,9 @@ class Busy(NamedTuple):
     #: Who holds the lock (``None``: free, but a longer waiter has the next turn).
     holder: HolderState | None = None
 
+    def __bool__(self) -> bool:
+        return False  # an attempt is true when granted
+
 
 #: What one acquire attempt got back.
 Attempt = Granted | Busy

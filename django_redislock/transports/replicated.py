@@ -23,7 +23,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..connection import async_lock_client, async_node_client, is_cluster, lock_client
 from ..kinds.operation import Operation
-from ..replication import wait_timeout_ms
+from ..replication import ReplicationError, wait_timeout_ms
 from . import wire
 from .single import SingleNode
 
@@ -33,12 +33,17 @@ REDIRECT_DEADLINE = 2.0
 _REDIRECTS = (MovedError, AskError, TryAgainError, ClusterDownError)
 
 
-class NotReplicated(Exception):
-    """A durable operation ran on the primary, but fewer replicas than asked acknowledged it."""
+class NotReplicated(ReplicationError):
+    """A durable operation took effect on the primary (its result is true: granted,
+    extended), but fewer replicas than asked acknowledged it."""
 
     def __init__(self, result: Any, acked: int, wanted: int, ms: int) -> None:
-        super().__init__(f"{acked} of {wanted} replica(s) acknowledged within {ms} ms")
-        self.result, self.acked, self.wanted, self.ms = result, acked, wanted, ms
+        super().__init__(
+            f"only {acked} of {wanted} replica(s) acknowledged within {ms} ms",
+            acked=acked,
+            wanted=wanted,
+        )
+        self.result, self.ms = result, ms
 
 
 class Replicated(SingleNode):
@@ -83,8 +88,13 @@ class Replicated(SingleNode):
                 outcomes.append(exc)
         return outcomes
 
+    async def acall_many(self, ops: Sequence[Operation]) -> list[Any]:
+        # Concurrently, each on its own connection: each WAIT counts its own writes.
+        return list(await asyncio.gather(*(self.acall(op) for op in ops), return_exceptions=True))
+
     def _checked(self, result: Any, acked: int, ms: int) -> Any:
-        if acked < self.replicas:
+        # A false result (refused, not ours) wrote nothing: no acknowledgement to wait for.
+        if result and acked < self.replicas:
             raise NotReplicated(result, acked, self.replicas, ms)
         return result
 

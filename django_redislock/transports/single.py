@@ -39,6 +39,14 @@ class SingleNode:
             return [exc] * len(ops)
         return [_parsed(op, reply) for op, reply in zip(ops, replies, strict=False)]
 
+    async def acall_many(self, ops: Sequence[Operation]) -> list[Any]:
+        """Async :meth:`call_many`."""
+        try:
+            replies = await wire.arun_batch(await async_lock_client(self.alias), ops)
+        except Exception as exc:
+            return [exc] * len(ops)
+        return [_parsed(op, reply) for op, reply in zip(ops, replies, strict=False)]
+
     def __repr__(self) -> str:
         return f"<SingleNode {self.alias!r}>"
 

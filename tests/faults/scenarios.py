@@ -746,10 +746,20 @@ def watchdog_cut_off(lab: Lab, protected: bool) -> RunResult:
     after healing, though every held renewal is delivered then.
     Unprotected: renewal is a silent re-acquire (``SET key token PX ttl``).
     """
+    from django_redislock.connection import lock_client
     from django_redislock.lock import Lock
+    from django_redislock.transports.single import SingleNode
 
-    def naive_extend(self: Any, token: str, ttl_ms: int) -> bool:
-        return bool(self._client().set(self.key, token, px=ttl_ms))
+    def naive_renewals(self: Any, ops: Any) -> list[Any]:
+        # What the watchdog sends, as silent re-acquires: SET key token PX ttl.
+        outcomes: list[Any] = []
+        for op in ops:
+            (key, _), (token, ttl_ms) = op.keys, op.args
+            try:
+                outcomes.append(bool(lock_client(self.alias).set(key, token, px=ttl_ms)))
+            except Exception as exc:
+                outcomes.append(exc)
+        return outcomes
 
     result = RunResult()
     server = lab.server()
@@ -760,7 +770,7 @@ def watchdog_cut_off(lab: Lab, protected: bool) -> RunResult:
     try:
         with (
             lock_settings(proxy.url, SOCKET_TIMEOUT=socket_timeout),
-            patched(Lock, "_do_extend", naive_extend, active=not protected),
+            patched(SingleNode, "call_many", naive_renewals, active=not protected),
         ):
             lock = Lock("cut-off", connection=ALIAS, ttl=TTL, watchdog=True, on_lost=on_lost)
             assert lock.acquire(timeout=0)

@@ -73,22 +73,35 @@ def main(config: dict[str, Any]) -> int:
     lock_cls: Any = Redlock if redlock else Lock
 
     if point == "during_renewal":
-        original = lock_cls._do_extend
+        # The watchdog renews through the lock's transport (a batch of extend operations).
+        from django_redislock.redlock import Nodes
+        from django_redislock.transports.single import SingleNode
+
+        transport_cls: Any = Nodes if redlock else SingleNode
+        original = transport_cls.call_many
         state = {"paused": False}
 
-        def extend(self: Any, token: str, ttl_ms: int) -> bool:
+        def naive_renewal(alias: str, op: Any) -> Any:
+            key, ttl_ms = op.keys[0], op.args[1]  # no token check: resets whoever holds it
+            try:
+                return bool(lock_client(alias).pexpire(key, ttl_ms))
+            except Exception as exc:
+                return exc
+
+        def call_many(self: Any, ops: Any) -> list[Any]:
             if not state["paused"]:
                 state["paused"] = True
                 pause_self(history, point)
-            if naive and not redlock:  # no token check: resets whoever holds it now
-                result = bool(lock_client(self.connection).pexpire(self.key, ttl_ms))
+            if naive and not redlock:
+                results = [naive_renewal(self.alias, op) for op in ops]
             else:
-                result = original(self, token, ttl_ms)
-            history.record("renew", invoke_ns=now_ns(), ok=result, token=token)
+                results = original(self, ops)
+            for op, result in zip(ops, results, strict=True):
+                history.record("renew", invoke_ns=now_ns(), ok=result is True, token=op.args[0])
             renewed.set()
-            return result
+            return results
 
-        lock_cls._do_extend = extend
+        transport_cls.call_many = call_many
 
     kwargs: dict[str, Any] = {"ttl": ttl, "watchdog": config.get("watchdog", False)}
     if redlock:

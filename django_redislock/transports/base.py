@@ -1,0 +1,31 @@
+"""What every transport offers: what a lock and the watchdog may ask of one."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from typing import Any, Protocol
+
+from ..kinds.operation import Operation
+
+
+class Transport(Protocol):
+    """How a kind's operations reach Redis (one node, one node + WAIT, several nodes)."""
+
+    @property
+    def renew_group(self) -> Hashable | None:
+        """Locks whose transports have the same group are renewed in one batch (None: never)."""
+
+    def call(self, op: Operation) -> Any:
+        """Send one operation: its parsed result. Redis errors raise."""
+
+    async def acall(self, op: Operation) -> Any:
+        """Async :meth:`call`."""
+
+    def call_many(self, ops: Sequence[Operation]) -> list[Any]:
+        """Send several operations: each parsed result, or the exception it got."""
+
+    async def acall_many(self, ops: Sequence[Operation]) -> list[Any]:
+        """Async :meth:`call_many`."""
+
+
+__all__ = ["Transport"]
