@@ -11,6 +11,7 @@ import inspect
 import logging
 from typing import TYPE_CHECKING, Any
 
+from . import registry
 from .exceptions import RedisLockError
 
 if TYPE_CHECKING:
@@ -19,24 +20,23 @@ if TYPE_CHECKING:
 
 view_logger = logging.getLogger("django_redislock.views")
 
-#: Lock keyword arguments the decorators accept besides those of ``Lock`` / ``Redlock``.
-BACKENDS = ("redis", "redlock")
+#: What ``backend=`` takes besides the lock class's own keyword arguments.
+BACKENDS = tuple(registry.BACKENDS)
 
 
-def lock_class(backend: str | None = None, connections: Any = None) -> type[BaseLock]:
-    """The lock class for a decorator: ``Redlock`` for ``backend="redlock"`` or
-    ``connections=[...]``, else ``Lock``. Redlock is imported only when asked for."""
+def lock_class(
+    backend: str | None = None, connections: Any = None, kind: str = "lock"
+) -> type[BaseLock]:
+    """The class of ``kind`` (from the registry) for a decorator: over ``"redlock"`` for
+    ``backend="redlock"`` or ``connections=[...]``, else over ``"redis"``. Redlock's
+    module is imported only when asked for."""
     if backend is not None and backend not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
     if backend == "redlock" or (backend is None and connections is not None):
-        from .redlock import Redlock
-
-        return Redlock
+        return registry.kind(kind).lock_class("redlock")
     if connections is not None:
         raise ValueError('connections=[...] needs backend="redlock" (or no backend)')
-    from .lock import Lock
-
-    return Lock
+    return registry.kind(kind).lock_class("redis")
 
 
 def check_lock_kwargs(lock_kwargs: dict[str, Any]) -> None:

@@ -11,14 +11,15 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from . import signals
+from . import registry, signals
 from .conf import get_config
 from .connection import lock_client
 from .exceptions import LockBackendUnavailable, RedisLockError
 from .holder import parse_holder
-from .keys import LockKeys, name_from_key, validate_name, validate_prefix
-from .kinds import HolderState, Mutex
+from .keys import LockKeys, name_from_key, validate_prefix
+from .kinds import HolderState
 from .lock import is_unreachable
+from .transports import wire
 from .transports.single import SingleNode
 
 
@@ -104,7 +105,7 @@ def info_from_state(name: str, key: str, state: HolderState, alias: str) -> Lock
 
 
 def _keys(name: str) -> LockKeys:
-    return LockKeys.build(validate_prefix(get_config()["KEY_PREFIX"]), validate_name(name))
+    return registry.kind().keys(name)
 
 
 def _alias(connection: str | None) -> str:
@@ -121,19 +122,16 @@ def _unavailable(alias: str, name: str | None, exc: BaseException) -> RedisLockE
 
 def lock_info(name: str, *, connection: str | None = None) -> LockInfo | None:
     """What Redis says about lock ``name`` right now, or ``None`` if nobody holds it."""
-    keys = _keys(name)
+    kind = registry.kind()
+    keys = kind.keys(name)
     alias = _alias(connection)
     try:
-        pipe = lock_client(alias).pipeline(transaction=False)
-        pipe.get(keys.key)
-        pipe.pttl(keys.key)
-        pipe.hgetall(keys.meta)
-        token, pttl, meta = pipe.execute()
+        state = SingleNode(alias).call(kind.operations(keys).read_holder())
     except RedisError as exc:
         raise _unavailable(alias, name, exc) from exc
-    if token is None:
+    if state is None:
         return None
-    return build_info(name, keys.key, token, pttl, meta, alias)
+    return info_from_state(name, keys.key, state, alias)
 
 
 # -- force-release ------------------------------------------------------------
@@ -193,7 +191,7 @@ def force_release_holder(
         last = attempt == _FORCE_RELEASE_ATTEMPTS
         expected = "" if last and token is None else info.token
         try:
-            op = Mutex(keys).force_release(expected)
+            op = registry.kind().operations(keys).force_release(expected)
             result = SingleNode(alias).call(op)
         except RedisError as exc:
             raise _unavailable(alias, name, exc) from exc
@@ -230,9 +228,7 @@ def force_release(
 
 
 def _lock_class() -> type:
-    from .lock import Lock
-
-    return Lock
+    return registry.kind().lock_class()
 
 
 # -- listing ----------------------------------------------------------------
@@ -302,25 +298,25 @@ def _next_count(count: int, found: int, wanted: int) -> int:
 
 
 def _read_batch(client: Any, raw_keys: list[Any], alias: str) -> list[LockInfo]:
-    """Pipelined GET, PTTL and HGETALL of a batch of lock keys: one round trip."""
+    """The holders of a batch of lock keys: the kind's holder reads, one round trip."""
+    kind = registry.kind()
     prefix = get_config()["KEY_PREFIX"]
-    found: list[tuple[str, str]] = []
+    found: list[tuple[str, Any]] = []
     for raw in raw_keys:
-        key = _text(raw)
-        name = name_from_key(prefix, key)
+        name = name_from_key(prefix, _text(raw))
         if name is not None:
-            found.append((name, key))
+            found.append((name, kind.keys(name)))
     if not found:
         return []
-    pipe = client.pipeline(transaction=False)
-    for _name, key in found:
-        pipe.get(key).pttl(key).hgetall(f"{key}:meta")
-    replies = pipe.execute()
+    ops = [kind.operations(keys).read_holder() for _, keys in found]
+    replies = wire.run_batch(client, ops)
     infos = []
-    for i, (name, key) in enumerate(found):
-        token, pttl, meta = replies[3 * i : 3 * i + 3]
-        if token is not None:  # expired or released since the SCAN
-            infos.append(build_info(name, key, token, pttl, meta, alias))
+    for (name, keys), op, reply in zip(found, ops, replies, strict=True):
+        if isinstance(reply, Exception):
+            raise reply
+        state = op.parse(reply)
+        if state is not None:  # expired or released since the SCAN
+            infos.append(info_from_state(name, keys.key, state, alias))
     return infos
 
 

@@ -1,0 +1,112 @@
+"""The registry of lock kinds and the transports each runs over.
+
+A kind (the mutex today; the semaphore and the read-write lock next) is known by
+its name: its key layout, its operations, and the lock class that runs it over
+each backend ("redis": one server, or one server and ``WAIT`` for replicas;
+"redlock": a majority of independent servers). :mod:`~django_redislock.factory`
+(decorators, commands, Celery) and :mod:`~django_redislock.inspection` (the admin,
+``redislock list``) look kinds up here instead of naming classes. Lock classes are
+named by dotted path and imported when first asked for, so Redlock's machinery is
+imported only by those who use it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from django.utils.module_loading import import_string
+
+from .conf import get_config
+from .keys import LockKeys, validate_name, validate_prefix
+from .kinds.mutex import Mutex
+
+if TYPE_CHECKING:
+    from .lock import BaseLock
+
+#: The transports a kind may run over, by the name ``backend=`` takes.
+BACKENDS: dict[str, str] = {
+    "redis": "one server (a cache alias), or one server and WAIT for its replicas",
+    "redlock": "a majority of independent servers (Redlock)",
+}
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of lock, as the rest of the package sees it."""
+
+    #: Its name in inspection (``LockInfo.kind``) and here.
+    name: str
+    #: Its operations on one lock's keys (what inspection sends: read_holder, force_release).
+    operations: Callable[[LockKeys], Any]
+    #: The lock class per backend (dotted paths); the first is the default.
+    classes: Mapping[str, str] = field(default_factory=dict)
+
+    def keys(self, name: str) -> LockKeys:
+        """The Redis names of lock ``name`` under the configured prefix."""
+        return LockKeys.build(validate_prefix(get_config()["KEY_PREFIX"]), validate_name(name))
+
+    def ops(self, name: str) -> Any:
+        """The kind's operations on lock ``name``, for looking at it from outside."""
+        return self.operations(self.keys(name))
+
+    @property
+    def backends(self) -> tuple[str, ...]:
+        return tuple(self.classes)
+
+    def lock_class(self, backend: str | None = None) -> type[BaseLock]:
+        """The class running this kind over ``backend`` (default: the first)."""
+        if backend is None:
+            backend = self.backends[0]
+        if backend not in self.classes:
+            raise ValueError(
+                f"backend must be one of {', '.join(self.backends)} for a {self.name}, "
+                f"not {backend!r}"
+            )
+        return _import(self.classes[backend])
+
+
+_kinds: dict[str, Kind] = {}
+
+
+def register(kind: Kind) -> Kind:
+    """Make ``kind`` known by its name (a later registration of the name replaces it)."""
+    unknown = sorted(set(kind.classes) - set(BACKENDS))
+    if unknown:
+        raise ValueError(f"Unknown backend(s) {unknown} for kind {kind.name!r}")
+    _kinds[kind.name] = kind
+    return kind
+
+
+def kind(name: str = "lock") -> Kind:
+    """The registered kind called ``name``."""
+    try:
+        return _kinds[name]
+    except KeyError:
+        known = ", ".join(sorted(_kinds))
+        raise ValueError(f"Unknown lock kind {name!r}; known kinds: {known}") from None
+
+
+def kinds() -> list[Kind]:
+    """Every registered kind, in registration order."""
+    return list(_kinds.values())
+
+
+def _import(path: str) -> Any:
+    # Not cached: a test (or a project) may replace the class on its module.
+    return import_string(path)
+
+
+register(
+    Kind(
+        "lock",
+        operations=Mutex,
+        classes={
+            "redis": "django_redislock.lock.Lock",
+            "redlock": "django_redislock.redlock.Redlock",
+        },
+    )
+)
+
+__all__ = ["BACKENDS", "Kind", "kind", "kinds", "register"]
