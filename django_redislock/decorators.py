@@ -11,7 +11,7 @@ import functools
 import inspect
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
@@ -27,6 +27,8 @@ from .naming import CallNamer
 
 if TYPE_CHECKING:
     from .lock import BaseLock
+
+    _BusyHandler = Callable[[BaseLock, tuple[Any, ...], dict[str, Any]], Any]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -160,45 +162,9 @@ def lock_view(
     def decorator(view: Callable[P, R]) -> Callable[P, R]:
         namer = CallNamer(name, view, where=_where(view))
         options = {"purpose": dotted_path(view), **lock_kwargs}
-
-        def busy(lock: BaseLock, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-            view_logger.debug("%s: lock %r busy", options["purpose"], lock.name)
-            handler = _resolve_on_busy(on_busy)
-            if handler is None:
-                return default_busy_response(lock)
-            if iscoroutinefunction(handler):
-                handler = async_to_sync(handler)
-            return handler(_request_of(args, kwargs), holder_info(lock))
-
+        busy, abusy = _busy_handlers(on_busy, options["purpose"])
         if _is_async(view):
-
-            async def abusy(lock: BaseLock, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-                handler = _resolve_on_busy(on_busy)
-                if handler is None or not iscoroutinefunction(handler):
-                    return await sync_to_async(busy)(lock, args, kwargs)
-                if lock.busy_holder is not None:  # from the refusing reply: no round trip
-                    info = holder_info(lock)
-                else:
-                    info = await sync_to_async(holder_info)(lock)
-                return await handler(_request_of(args, kwargs), info)
-
-            @functools.wraps(view)
-            async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
-                lock = make_lock(namer(args, kwargs), **options)
-                entered = False
-                try:
-                    async with lock:
-                        entered = True
-                        result: Any = view(*args, **kwargs)
-                        if inspect.isawaitable(result):
-                            result = await result
-                        return result
-                except LockNotAcquired:
-                    if entered:
-                        raise
-                return await abusy(lock, args, kwargs)
-
-            return async_wrapper  # type: ignore[return-value]
+            return _async_locked_view(view, namer, options, abusy)  # type: ignore[return-value]
 
         @functools.wraps(view)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -216,6 +182,58 @@ def lock_view(
         return wrapper
 
     return decorator
+
+
+def _busy_handlers(
+    on_busy: Callable[..., Any] | str | None, purpose: str
+) -> tuple[_BusyHandler, Callable[..., Awaitable[Any]]]:
+    """What a locked view returns when busy: (for sync views, for async views)."""
+
+    def busy(lock: BaseLock, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        view_logger.debug("%s: lock %r busy", purpose, lock.name)
+        handler = _resolve_on_busy(on_busy)
+        if handler is None:
+            return default_busy_response(lock)
+        if iscoroutinefunction(handler):
+            handler = async_to_sync(handler)
+        return handler(_request_of(args, kwargs), holder_info(lock))
+
+    async def abusy(lock: BaseLock, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        handler = _resolve_on_busy(on_busy)
+        if handler is None or not iscoroutinefunction(handler):
+            return await sync_to_async(busy)(lock, args, kwargs)
+        if lock.busy_holder is not None:  # from the refusing reply: no round trip
+            info = holder_info(lock)
+        else:
+            info = await sync_to_async(holder_info)(lock)
+        return await handler(_request_of(args, kwargs), info)
+
+    return busy, abusy
+
+
+def _async_locked_view(
+    view: Callable[..., Any],
+    namer: CallNamer,
+    options: dict[str, Any],
+    abusy: Callable[..., Awaitable[Any]],
+) -> Callable[..., Awaitable[Any]]:
+    @functools.wraps(view)
+    async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+        lock = make_lock(namer(args, kwargs), **options)
+        entered = False
+        try:
+            async with lock:
+                entered = True
+                result: Any = view(*args, **kwargs)
+                if inspect.isawaitable(result):
+                    result = await result
+                return result
+        except LockNotAcquired:
+            if entered:
+                raise
+        return await abusy(lock, args, kwargs)
+
+    return async_wrapper
 
 
 # -- management commands -------------------------------------------------------------

@@ -44,18 +44,17 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from . import clock, leases
-from . import lock as lock_module
+from .base import UNREACHABLE, BaseLock, new_token
 from .conf import get_config
 from .connection import async_lock_client, park_inherited
 from .exceptions import LockBackendUnavailable, LockConfigurationError, RedisLockError
 from .keys import ttl_milliseconds, validate_seconds
 from .kinds import Mutex, Operation
-from .kinds.mutex import Busy, Granted, HolderState, parse_acquire
-from .lock import UNREACHABLE, Attempt, BaseLock, new_token
+from .kinds.mutex import Attempt, Busy, Granted, HolderState, parse_acquire
 from .transports import wire
 
 logger = logging.getLogger("django_redislock.redlock")
-acquire_logger = lock_module.acquire_logger
+acquire_logger = logging.getLogger("django_redislock.acquire")
 
 #: validity = ttl - elapsed - (ttl * DRIFT_FACTOR + DRIFT_FIXED)
 DRIFT_FACTOR = 0.01
@@ -525,7 +524,19 @@ class Redlock(BaseLock):
             "Redlock %r attempt failed: %s", self.name,
             {alias: _describe(r) if _failed(r) else r for alias, r in results.items()},
         )  # fmt: skip
-        # Failed: delete our token everywhere, each delete queued behind that node's call.
+        return await self._refused(base_token, token, results, tasks, started)
+
+    async def _refused(
+        self,
+        base_token: str,
+        token: str,
+        results: dict[str, Any],
+        tasks: dict[str, asyncio.Future[Any]],
+        started: float,
+    ) -> Busy:
+        """After a failed attempt: our token deleted everywhere; Busy, or unavailable."""
+        quorum = self.quorum
+        # Delete our token everywhere, each delete queued behind that node's call.
         cleanups = await self._cleanup(token, wait=False)
         answered = [alias for alias, r in results.items() if not _failed(r)]
         pending = [alias for alias in self.connections if alias not in results]
@@ -539,28 +550,34 @@ class Redlock(BaseLock):
             await asyncio.wait({cleanups[alias] for alias in answered})
         if len(answered) < quorum:
             self._attempt = None
-            missing = [alias for alias in self.connections if alias not in answered]
-            errors = {alias: results.get(alias) for alias in missing}
-            raise LockBackendUnavailable(
-                f"Redlock {self.name!r}: only {len(answered)} of {total} nodes answered, "
-                f"{quorum} needed; unreachable: "
-                + ", ".join(f"{alias} ({_describe(errors[alias])})" for alias in missing),
-                lock_name=self.name,
-                aliases=missing,
-            ) from _first_error({a: e for a, e in errors.items() if e is not None})
-        final = results
+            raise self._too_few_answered(answered, results)
         held = sorted(
-            int(r[1]) for r in final.values() if not _failed(r) and not _granted(r) and r[1] > 0
+            int(r[1]) for r in results.values() if not _failed(r) and not _granted(r) and r[1] > 0
         )
         if len(held) >= quorum:
             # A holder has a majority: wait for it.
-            return Busy(held[0], None, self._majority_busy_holder(final, held[0]))
+            return Busy(held[0], None, self._majority_busy_holder(results, held[0]))
         # A split vote (or no validity left): retry soon, after a random delay so that
         # competing clients do not collide again.
         elapsed = clock.now() - started
         spread = min(max(3 * elapsed, 0.001), self.ttl / 10)
         self._attempt = (base_token, token, random.uniform(0, spread))
         return Busy(max(1, round(spread * 1000)))
+
+    def _too_few_answered(
+        self, answered: list[str], results: dict[str, Any]
+    ) -> LockBackendUnavailable:
+        missing = [alias for alias in self.connections if alias not in answered]
+        errors = {alias: results.get(alias) for alias in missing}
+        error = LockBackendUnavailable(
+            f"Redlock {self.name!r}: only {len(answered)} of {len(self.connections)} nodes "
+            f"answered, {self.quorum} needed; unreachable: "
+            + ", ".join(f"{alias} ({_describe(errors[alias])})" for alias in missing),
+            lock_name=self.name,
+            aliases=missing,
+        )
+        error.__cause__ = _first_error({a: e for a, e in errors.items() if e is not None})
+        return error
 
     def _majority_busy_holder(self, results: dict[str, Any], pttl_ms: int) -> HolderState | None:
         """The holder that refused us on a majority of the nodes (from their replies)."""

@@ -531,8 +531,8 @@ def test_election_basic_example() -> None:
 
 def test_election_callbacks_example() -> None:
     lead_until_lost = run_example(ELECTION, "election-callbacks")["lead_until_lost"]
-    lost = lead_until_lost("beat")
-    assert not lost.is_set()
+    election, lost = lead_until_lost("beat")
+    assert not lost.is_set() and election.is_leader
     info = django_redislock.lock_info("beat")
     assert info is not None and info.purpose == "beat@web-1"
     assert django_redislock.force_release("beat")

@@ -35,7 +35,7 @@ CORE_COMMANDS = [
     "exists",  # locked()
     "subscribe", "unsubscribe",  # the shared release subscriber
 ]  # fmt: skip
-INSPECT_COMMANDS = ["scan", "hgetall"]  # held_locks / lock_info / the admin page
+INSPECT_COMMANDS = ["scan"]  # held_locks / the admin page (holders are read by a script)
 
 
 # -- tokens ------------------------------------------------------------------------------------

@@ -21,19 +21,20 @@ from bench.stats import fmt
 TTL = 3.0  # renewed about every second
 
 
-def _count_batches(lock_class: Any) -> tuple[list[int], Any]:
-    """Wrap ``Lock._extend_many`` to record each batch's size; return (sizes, restore)."""
+def _count_batches(transport_class: Any) -> tuple[list[int], Any]:
+    """Wrap the transport's ``call_many`` (what the watchdog renews a batch through) to
+    record each batch's size; return (sizes, restore)."""
     sizes: list[int] = []
-    original = lock_class.__dict__["_extend_many"]
+    original = transport_class.__dict__["call_many"]
 
-    def counting(cls: Any, batch: list[Any]) -> list[Any]:
-        sizes.append(len(batch))
-        return original.__func__(cls, batch)
+    def counting(self: Any, ops: list[Any]) -> list[Any]:
+        sizes.append(len(ops))
+        return original(self, ops)
 
-    lock_class._extend_many = classmethod(counting)
+    transport_class.call_many = counting
 
     def restore() -> None:
-        lock_class._extend_many = original
+        transport_class.call_many = original
 
     return sizes, restore
 
@@ -55,7 +56,7 @@ def run(ctx: Context) -> Section:
         f"{count:,} locks with `watchdog=True`, ttl {TTL:g} s (renewed every ~{TTL / 3:g} s), "
         f"held by one process for {window:g} s while its main thread sleeps. CPU is the "
         "process's user+system time over the window (all of it the watchdog's work); "
-        "renewals and round trips are counted around `Lock._extend_many`."
+        "renewals and round trips are counted around the transport's `call_many`."
     )
     admin = redis.Redis.from_url(ctx.target.url)
     admin.execute_command("FLUSHALL", "SYNC")
@@ -64,7 +65,9 @@ def run(ctx: Context) -> Section:
     ]
     for lock in locks:
         lock.acquire(blocking=False)
-    sizes, restore = _count_batches(django_redislock.Lock)
+    from django_redislock.transports.single import SingleNode
+
+    sizes, restore = _count_batches(SingleNode)
     try:
         admin.config_resetstat()
         cpu0, wall0 = time.process_time(), time.monotonic()

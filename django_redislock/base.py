@@ -1,0 +1,584 @@
+"""``BaseLock``: everything a lock does except its kind and its transport.
+
+A lock class sets ``ops`` (its kind's operations on its keys) and ``transport``
+(how they reach Redis) and implements the small ``_do_*`` / ``_ado_*`` hooks;
+this class validates, keeps the object's state, runs the acquire loop (with
+:class:`~django_redislock.attempts.Attempts`), the watchdog, signals, release
+after commit and ``with`` / ``async with``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import os
+import secrets
+import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ReadOnlyError, RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from . import signals, watchdog
+from .attempts import Attempts
+from .cancellation import cancel_count, finish_shielded, in_background
+from .clock import now
+from .conf import get_config
+from .exceptions import (
+    LockLost,
+    LockNotAcquired,
+    LockNotOwned,
+    RedisLockError,
+)
+from .keys import LockKeys, ttl_milliseconds, validate_name, validate_prefix, validate_seconds
+from .kinds.mutex import Attempt, Granted, HolderState, Mutex
+from .transactions import defer_release_to_commit
+from .transports.base import Transport
+
+acquire_logger = logging.getLogger("django_redislock.acquire")
+release_logger = logging.getLogger("django_redislock.release")
+
+#: The clock every lock uses for timeouts and validity (:mod:`django_redislock.clock`).
+clock: Callable[[], float] = now
+
+#: Errors that mean "the server could not be reached": the outcome is unknown.
+UNREACHABLE = (RedisConnectionError, RedisTimeoutError, ReadOnlyError, OSError)
+
+
+def is_unreachable(exc: BaseException) -> bool:
+    """True for errors meaning "this server cannot take the lock now": connection
+    errors, timeouts, and a read-only replica (Redis 6 reports READONLY raised
+    inside a script as a plain script error, so the message is checked too)."""
+    return isinstance(exc, UNREACHABLE) or "READONLY" in str(exc)
+
+
+def new_token() -> str:
+    """An unguessable token (128 bits from :mod:`secrets`)."""
+    return secrets.token_urlsafe(16)
+
+
+class BaseLock:
+    """Everything a lock does except talking to Redis (see the ``_do_*`` hooks)."""
+
+    #: The Django signal ``sender``.
+    name: str
+    key: str
+    token: str | None
+    fence: int | None
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        ttl: float | None = None,
+        timeout: float | None = None,
+        blocking: bool = True,
+        watchdog: bool | None = None,
+        fencing: bool = True,
+        purpose: str | None = None,
+        on_lost: Callable[[Any], Any] | None = None,
+        max_hold: float | None = None,
+    ) -> None:
+        config = get_config()
+        self.name = validate_name(name)
+        self.keys = LockKeys.build(validate_prefix(config["KEY_PREFIX"]), self.name)
+        self.key = self.keys.key
+        self._ttl_ms = ttl_milliseconds(config["TTL"] if ttl is None else ttl)
+        self.ttl = self._ttl_ms / 1000
+        self.timeout = _validate_timeout(timeout)
+        if not isinstance(blocking, bool):
+            raise ValueError(f"blocking must be True or False, not {blocking!r}")
+        self.blocking = blocking
+        self.watchdog = bool(config["WATCHDOG"] if watchdog is None else watchdog)
+        self.fencing = bool(fencing)
+        if purpose is not None and not isinstance(purpose, str):
+            raise ValueError(f"purpose must be a str, not {purpose!r}")
+        self.purpose = purpose
+        if on_lost is not None and not callable(on_lost):
+            raise ValueError(f"on_lost must be callable, not {on_lost!r}")
+        self.on_lost = on_lost
+        self.max_hold = (
+            None if max_hold is None else validate_seconds(max_hold, "max_hold", allow_zero=False)
+        )
+        self.token = None
+        self.fence = None
+        self._lost = False
+        self._owner_pid: int | None = None
+        #: clock() (monotonic) before the acquire that succeeded was sent.
+        self.acquired_monotonic: float | None = None
+        self._acquired_wall: float | None = None  # time.time() when it was taken
+        #: clock() time until which this holder may believe it holds the lock.
+        self.valid_until: float | None = None
+        #: The holder's remaining TTL (seconds) seen by the last failed attempt.
+        self.last_holder_ttl: float | None = None
+        #: Who held the lock when the last acquire gave up (from the refusing reply).
+        self.busy_holder: HolderState | None = None
+        #: This lock's operations (its kind's scripts on its keys), set by the subclass.
+        self.ops: Mutex
+        #: How they reach Redis, set by the subclass.
+        self.transport: Transport
+
+    @property
+    def lost(self) -> bool:
+        """True once this holder can no longer trust that it holds the lock.
+
+        Set by the watchdog when a renewal found the token gone (or Redis stayed
+        unreachable until the TTL ran out), and also true as soon as the local
+        validity (acquire time + TTL, or the last extend/renewal + TTL) has
+        passed, even if no renewal could run (a starved process).
+        """
+        if self._lost:
+            return True
+        valid_until = self.valid_until
+        return self.token is not None and valid_until is not None and clock() >= valid_until
+
+    @property
+    def acquired_at(self) -> dt.datetime | None:
+        """When this object took the lock it holds (aware, UTC), like ``LockInfo.acquired_at``.
+
+        ``None`` when not held. Durations are measured with ``acquired_monotonic``.
+        """
+        if self.token is None or self._acquired_wall is None:
+            return None
+        return dt.datetime.fromtimestamp(self._acquired_wall, dt.timezone.utc)
+
+    # -- hooks for subclasses ---------------------------------------------
+    def _new_token(self) -> str:
+        """The token of the next acquire (``compat.CacheLock`` lets the caller choose it)."""
+        return new_token()
+
+    def _do_acquire(self, token: str, waited_ms: int) -> Attempt:
+        """Try once (``waited_ms``: how long this acquire has waited): Granted or Busy."""
+        raise NotImplementedError
+
+    def _do_release(self, token: str) -> bool:
+        raise NotImplementedError
+
+    def _do_extend(self, token: str, ttl_ms: int) -> bool:
+        raise NotImplementedError
+
+    def _do_cleanup(self, token: str) -> None:
+        """Best-effort compare-and-delete after an acquire whose outcome is unknown."""
+        raise NotImplementedError
+
+    async def _ado_acquire(self, token: str, waited_ms: int) -> Attempt:
+        raise NotImplementedError
+
+    async def _ado_release(self, token: str) -> bool:
+        raise NotImplementedError
+
+    async def _ado_extend(self, token: str, ttl_ms: int) -> bool:
+        raise NotImplementedError
+
+    async def _ado_cleanup(self, token: str) -> None:
+        raise NotImplementedError
+
+    def _backend_error(self, exc: BaseException) -> RedisLockError:
+        raise NotImplementedError
+
+    def _do_unclaim(self, token: str) -> None:
+        """Drop this waiter's claim on the next turn (no claims: nothing to do)."""
+
+    async def _ado_unclaim(self, token: str) -> None:
+        """Async twin of :meth:`_do_unclaim`."""
+
+    def _wake_alias(self) -> str | None:
+        """The alias whose pub/sub wakes waiters, or None to use backoff only."""
+        return None
+
+    @property
+    def validity(self) -> float:
+        """Seconds the holder may trust the lock from just before the call that took or
+        renewed it was sent (the TTL; less the clock drift for Redlock)."""
+        return self.ttl
+
+    # -- state --------------------------------------------------------------
+    def _check_not_held(self) -> None:
+        if self.token is not None and self._owner_pid == os.getpid():
+            raise RedisLockError(
+                f"Lock {self.name!r} is already acquired by this object; release it first, "
+                "or use one Lock object per holder.",
+                lock_name=self.name,
+            )
+
+    def _took(self, token: str, fence: int, started: float, *, in_loop: bool = False) -> None:
+        self.token = token
+        self.fence = fence if self.fencing else None
+        self._lost = False
+        self._owner_pid = os.getpid()
+        self.acquired_monotonic = started
+        self._acquired_wall = time.time()
+        self.valid_until = started + self.validity
+        self.last_holder_ttl = None
+        if self.watchdog:
+            watchdog.watch(self, in_loop=in_loop)
+        acquire_logger.debug("acquired %r fence=%s", self.name, self.fence)
+        signals.notify(signals.lock_acquired, type(self), lock=self)
+
+    def _forget(self) -> None:
+        if self.watchdog:
+            watchdog.unwatch(self)
+        self.token = None
+        self._owner_pid = None
+        self.valid_until = None
+
+    def _owned_token(self, action: str) -> str:
+        """The token to release/extend with, or LockNotOwned."""
+        if self.token is None:
+            raise LockNotOwned(
+                f"Cannot {action} lock {self.name!r}: this object does not hold it.",
+                lock_name=self.name,
+            )
+        if self._owner_pid != os.getpid():
+            raise LockNotOwned(
+                f"Cannot {action} lock {self.name!r}: it is held by process {self._owner_pid}, "
+                f"not by this forked process {os.getpid()}.",
+                lock_name=self.name,
+            )
+        return self.token
+
+    def _not_owned(self, action: str) -> LockNotOwned:
+        return LockNotOwned(
+            f"Cannot {action} lock {self.name!r}: it expired or another holder took it.",
+            lock_name=self.name,
+        )
+
+    def _resolve_wait(self, blocking: bool | None, timeout: float | None) -> float | None:
+        blocking = self.blocking if blocking is None else blocking
+        if not isinstance(blocking, bool):
+            raise ValueError(f"blocking must be True or False, not {blocking!r}")
+        if not blocking:
+            return 0.0
+        return self._default_wait() if timeout is None else _validate_timeout(timeout)
+
+    def _default_wait(self) -> float | None:
+        """How long acquire() waits when not told (``timeout``; CacheLock: ``blocking_timeout``)."""
+        return self.timeout
+
+    # -- sync API -------------------------------------------------------------
+    def acquire(self, blocking: bool | None = None, timeout: float | None = None) -> bool:
+        """Acquire the lock; True on success, False when the timeout ran out.
+
+        ``blocking=False`` tries once. ``timeout`` (seconds) bounds the wait;
+        ``None`` waits forever. Raises :class:`LockBackendUnavailable` when Redis
+        cannot be reached.
+        """
+        wait_for = self._resolve_wait(blocking, timeout)
+        self._check_not_held()
+        attempts = Attempts(self, wait_for)
+        token = attempts.token
+        try:
+            while True:
+                attempts.before_attempt()
+                started = clock()
+                try:
+                    attempt = self._do_acquire(token, attempts.waited_ms)
+                except UNREACHABLE as exc:
+                    self._cleanup_quietly(token)
+                    if attempts.waited_ms:
+                        self._unclaim_quietly(token)
+                    raise self._backend_error(exc) from exc
+                except RedisError as exc:
+                    raise self._backend_error(exc) from exc
+                if isinstance(attempt, Granted):
+                    return attempts.won(attempt.fence, started)
+                pause = attempts.next_pause(attempt, started)
+                if pause is None:
+                    if attempts.waited_ms:
+                        self._unclaim_quietly(token)
+                    return False
+                if attempts.waiter is None:
+                    time.sleep(pause)
+                    continue
+                attempts.waiter.wait(pause)
+                handed = attempts.live_hand_off()
+                if handed is not None:
+                    return attempts.won(*handed)
+        finally:
+            attempts.close()
+
+    def _unclaim_quietly(self, token: str) -> None:
+        try:
+            self._do_unclaim(token)
+        except Exception as exc:  # the claim expires by itself
+            acquire_logger.info("Could not drop the claim on %r: %s", self.name, exc)
+
+    def release(self) -> None:
+        """Release the lock; :class:`LockNotOwned` if this object no longer holds it."""
+        token = self._owned_token("release")
+        self._forget()
+        try:
+            released = self._do_release(token)
+        except RedisError as exc:
+            raise self._backend_error(exc) from exc
+        self._after_release(released)
+
+    def _after_release(self, released: bool) -> None:
+        if not released:
+            raise self._not_owned("release")
+        release_logger.debug("released %r", self.name)
+        signals.notify(signals.lock_released, type(self), lock=self)
+
+    def extend(self, ttl: float | None = None) -> None:
+        """Reset the remaining TTL to ``ttl`` seconds (default: the lock's ttl)."""
+        ttl_ms = self._ttl_ms if ttl is None else ttl_milliseconds(ttl)
+        token = self._owned_token("extend")
+        started = clock()
+        try:
+            extended = self._do_extend(token, ttl_ms)
+        except RedisError as exc:
+            raise self._backend_error(exc) from exc
+        if not extended:
+            raise self._not_owned("extend")
+        self.valid_until = started + ttl_ms / 1000
+
+    def adopt(self, token: str) -> bool:
+        """Take over the lock held under ``token``: a lock another process handed over.
+
+        The process that acquired it passes its ``token`` along (a Celery task's message,
+        say); this object then owns the lock as if it had acquired it: its TTL restarts at
+        this object's ``ttl``, its watchdog (if on) renews it, ``fence`` is the holder's
+        fence, ``release()`` releases it. False if that token no longer holds the lock
+        (expired, released, or taken over since). The handing side must stop using the
+        token. The holder details shown by the admin stay those of the first holder.
+        """
+        if not isinstance(token, str) or not token:
+            raise ValueError(f"token must be a non-empty str, not {token!r}")
+        self._check_not_held()
+        started = clock()
+        try:
+            fence = self._holder_fence(token) if self._do_extend(token, self._ttl_ms) else None
+        except RedisError as exc:
+            raise self._backend_error(exc) from exc
+        if fence is None:
+            return False
+        self._took(token, fence, started)
+        return True
+
+    def _holder_fence(self, token: str) -> int | None:
+        """The fence of the holder with ``token`` (``None`` if another holds the lock)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot adopt a lock")
+
+    def check(self) -> None:
+        """Raise :class:`LockLost` if this lock was lost, :class:`LockNotOwned` if never held.
+
+        Cheap (no network): for long jobs to call between steps.
+        """
+        if self.lost:
+            raise LockLost(f"Lock {self.name!r} was lost.", lock_name=self.name)
+        self._owned_token("check")
+
+    def _cleanup_quietly(self, token: str) -> None:
+        try:
+            self._do_cleanup(token)
+        except Exception as exc:
+            self._warn_cleanup_failed(exc)
+
+    def _warn_cleanup_failed(self, exc: BaseException) -> None:
+        # One message for both twins.
+        acquire_logger.warning(
+            "Could not clean up after a failed acquire of %r (it expires in %.3fs): %s",
+            self.name,
+            self.ttl,
+            exc,
+        )
+
+    def __enter__(self) -> BaseLock:
+        if not self.acquire():
+            raise self._busy_error()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        lost = self.lost
+        if (
+            not lost
+            and self.token is not None
+            and defer_release_to_commit(self._release_after_transaction)
+        ):
+            return  # released when the open transaction commits or rolls back
+        try:
+            if self.token is not None:
+                self.release()
+        except LockNotOwned:
+            lost = True
+        except RedisLockError:
+            if exc_type is None:
+                raise
+            release_logger.exception("Releasing %r failed while an error propagated", self.name)
+        self._raise_if_lost(lost, exc_type)
+
+    def _release_after_transaction(self) -> None:
+        """Run by :func:`defer_release_to_commit` once the transaction ended."""
+        if self.token is None:
+            return
+        try:
+            self.release()
+        except LockNotOwned:
+            watchdog.mark_lost(self, "expired or taken over before the transaction ended")
+        except RedisLockError:
+            release_logger.exception("Releasing %r after the transaction failed", self.name)
+
+    def _raise_if_lost(self, lost: bool, exc_type: type[BaseException] | None) -> None:
+        if not lost:
+            return
+        if exc_type is None:
+            raise LockLost(
+                f"Lock {self.name!r} was lost while held (expired or taken over).",
+                lock_name=self.name,
+            )
+        release_logger.error(
+            "Lock %r was lost while held; not raising LockLost over the propagating %s",
+            self.name,
+            exc_type.__name__,
+        )
+
+    def _busy_error(self) -> LockNotAcquired:
+        wait = self._default_wait()
+        waited = "" if wait is None else f" within {wait:g}s"
+        left = self.last_holder_ttl
+        held = "" if left is None else f"; the holder's lock expires in {left:.3f}s"
+        return LockNotAcquired(
+            f"Could not acquire lock {self.name!r}{waited}: it is held by someone else{held}.",
+            lock_name=self.name,
+            remaining=left,
+        )
+
+    # -- async API ------------------------------------------------------------
+    async def aacquire(self, blocking: bool | None = None, timeout: float | None = None) -> bool:
+        """Async twin of :meth:`acquire`. Cancelling it leaves no key behind."""
+        wait_for = self._resolve_wait(blocking, timeout)
+        self._check_not_held()
+        attempts = Attempts(self, wait_for, loop=asyncio.get_running_loop())
+        token = attempts.token
+        try:
+            while True:
+                attempts.before_attempt()
+                started = clock()
+                cancels = cancel_count()
+                try:
+                    attempt = await self._ado_acquire(token, attempts.waited_ms)
+                    if cancel_count() > cancels:
+                        # redis-py can swallow a cancel that arrives mid-command.
+                        raise asyncio.CancelledError
+                except asyncio.CancelledError:
+                    # The SET (or our claim on the next turn) may have landed:
+                    # delete what holds our token before the cancel completes.
+                    await finish_shielded(self._ado_cleanup(token))
+                    if attempts.waited_ms:
+                        await finish_shielded(self._ado_unclaim(token))
+                    raise
+                except UNREACHABLE as exc:
+                    await self._acleanup_quietly(token)
+                    if attempts.waited_ms:
+                        await self._aunclaim_quietly(token)
+                    raise self._backend_error(exc) from exc
+                except RedisError as exc:
+                    raise self._backend_error(exc) from exc
+                if isinstance(attempt, Granted):
+                    return attempts.won(attempt.fence, started)
+                pause = attempts.next_pause(attempt, started)
+                if pause is None:
+                    if attempts.waited_ms:
+                        await self._aunclaim_quietly(token)
+                    return False
+                try:
+                    if attempts.waiter is None:
+                        await asyncio.sleep(pause)
+                    else:
+                        await attempts.waiter.await_wake(pause)
+                except asyncio.CancelledError:
+                    if attempts.waited_ms:
+                        # Before the cancel completes: a release must not hand
+                        # the lock to a waiter that is gone.
+                        await finish_shielded(self._ado_unclaim(token))
+                    raise
+                handed = attempts.live_hand_off()
+                if handed is not None:
+                    return attempts.won(*handed)
+        finally:
+            attempts.close()
+
+    async def _aunclaim_quietly(self, token: str) -> None:
+        try:
+            await self._ado_unclaim(token)
+        except Exception as exc:  # the claim expires by itself
+            acquire_logger.info("Could not drop the claim on %r: %s", self.name, exc)
+
+    async def arelease(self) -> None:
+        """Async twin of :meth:`release`. Cancelling it still releases the lock."""
+        token = self._owned_token("release")
+        self._forget()
+        # Shielded: a cancelled caller must not leave the lock held until its TTL.
+        task = in_background(self._ado_release(token))
+        try:
+            released = await asyncio.shield(task)
+        except RedisError as exc:
+            raise self._backend_error(exc) from exc
+        self._after_release(released)
+
+    async def aextend(self, ttl: float | None = None) -> None:
+        """Async twin of :meth:`extend`."""
+        ttl_ms = self._ttl_ms if ttl is None else ttl_milliseconds(ttl)
+        token = self._owned_token("extend")
+        started = clock()
+        try:
+            extended = await self._ado_extend(token, ttl_ms)
+        except RedisError as exc:
+            raise self._backend_error(exc) from exc
+        if not extended:
+            raise self._not_owned("extend")
+        self.valid_until = started + ttl_ms / 1000
+
+    async def _acleanup_quietly(self, token: str) -> None:
+        try:
+            await self._ado_cleanup(token)
+        except Exception as exc:
+            self._warn_cleanup_failed(exc)
+
+    async def __aenter__(self) -> BaseLock:
+        if not await self.aacquire():
+            raise self._busy_error()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        # Unlike __exit__, no deferral to the end of a database transaction: Django's
+        # transactions are sync-only (atomic() refuses to run in an event loop), so no
+        # transaction of this thread can be open around an ``async with``.
+        lost = self.lost
+        try:
+            if self.token is not None:
+                await self.arelease()
+        except LockNotOwned:
+            lost = True
+        except RedisLockError:
+            if exc_type is None:
+                raise
+            release_logger.exception("Releasing %r failed while an error propagated", self.name)
+        self._raise_if_lost(lost, exc_type)
+
+    def __repr__(self) -> str:
+        state = "held" if self.token else "not held"
+        return f"<{type(self).__name__} {self.name!r} {state}>"
+
+
+def _validate_timeout(timeout: object) -> float | None:
+    if timeout is None:
+        return None
+    return validate_seconds(timeout, "timeout", allow_zero=True)
+
+
+__all__ = ["UNREACHABLE", "BaseLock", "clock", "is_unreachable", "new_token"]
