@@ -1,10 +1,10 @@
 """``BaseLock``: everything a lock does except its kind and its transport.
 
 A lock class sets ``ops`` (its kind's operations on its keys) and ``transport``
-(how they reach Redis) and implements the small ``_do_*`` / ``_ado_*`` hooks;
-this class validates, keeps the object's state, runs the acquire loop (with
-:class:`~django_redislock.attempts.Attempts`), the watchdog, signals, release
-after commit and ``with`` / ``async with``.
+(how they reach Redis); the small ``_do_*`` / ``_ado_*`` hooks send the one to
+the other (a lock class may override them). This class validates, keeps the
+object's state, runs the acquire loop (with :class:`~django_redislock.attempts.Attempts`),
+the watchdog, signals, release after commit and ``with`` / ``async with``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ReadOnlyError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from . import signals, watchdog
+from . import replication, signals, watchdog
 from .attempts import Attempts
 from .cancellation import cancel_count, finish_shielded, in_background
 from .clock import now
@@ -38,6 +38,7 @@ from .keys import LockKeys, ttl_milliseconds, validate_name, validate_prefix, va
 from .kinds.mutex import Attempt, Granted, HolderState, Mutex
 from .transactions import defer_release_to_commit
 from .transports.base import Transport
+from .transports.replicated import NotReplicated
 
 acquire_logger = logging.getLogger("django_redislock.acquire")
 release_logger = logging.getLogger("django_redislock.release")
@@ -151,40 +152,67 @@ class BaseLock:
         """The token of the next acquire (``compat.CacheLock`` lets the caller choose it)."""
         return new_token()
 
+    # The kind's operations over the transport. Redlock overrides the ones its own
+    # scatter still does (until the quorum transport replaces it).
     def _do_acquire(self, token: str, waited_ms: int) -> Attempt:
         """Try once (``waited_ms``: how long this acquire has waited): Granted or Busy."""
-        raise NotImplementedError
+        try:
+            attempt: Attempt = self.transport.call(self.ops.acquire(token, waited_ms))
+        except NotReplicated as short:
+            self._cleanup_quietly(token)
+            raise self._replicas_missing(short) from None
+        return attempt
+
+    async def _ado_acquire(self, token: str, waited_ms: int) -> Attempt:
+        try:
+            attempt: Attempt = await self.transport.acall(self.ops.acquire(token, waited_ms))
+        except NotReplicated as short:
+            await self._acleanup_quietly(token)
+            raise self._replicas_missing(short) from None
+        return attempt
+
+    def _replicas_missing(self, short: NotReplicated) -> RedisLockError:
+        """Granted, but too few replicas saw it: undone, ReplicasNotAcked."""
+        return replication.not_acked(self.name, short.acked, short.wanted, short.ms)
 
     def _do_release(self, token: str) -> bool:
-        raise NotImplementedError
+        return bool(self.transport.call(self.ops.release(token)))
+
+    async def _ado_release(self, token: str) -> bool:
+        return bool(await self.transport.acall(self.ops.release(token)))
 
     def _do_extend(self, token: str, ttl_ms: int) -> bool:
-        raise NotImplementedError
+        try:
+            return bool(self.transport.call(self.ops.extend(token, ttl_ms)))
+        except NotReplicated as short:
+            raise self._not_replicated(short) from None
+
+    async def _ado_extend(self, token: str, ttl_ms: int) -> bool:
+        try:
+            return bool(await self.transport.acall(self.ops.extend(token, ttl_ms)))
+        except NotReplicated as short:
+            raise self._not_replicated(short) from None
+
+    def _not_replicated(self, short: NotReplicated) -> RedisLockError:
+        """Extended on the primary only: the validity does not move (ExtendNotReplicated)."""
+        return replication.extend_not_acked(self.name, short.acked, short.wanted, short.ms)
 
     def _do_cleanup(self, token: str) -> None:
         """Best-effort compare-and-delete after an acquire whose outcome is unknown."""
-        raise NotImplementedError
-
-    async def _ado_acquire(self, token: str, waited_ms: int) -> Attempt:
-        raise NotImplementedError
-
-    async def _ado_release(self, token: str) -> bool:
-        raise NotImplementedError
-
-    async def _ado_extend(self, token: str, ttl_ms: int) -> bool:
-        raise NotImplementedError
+        self._do_release(token)
 
     async def _ado_cleanup(self, token: str) -> None:
-        raise NotImplementedError
+        await self._ado_release(token)
+
+    def _do_unclaim(self, token: str) -> None:
+        """Drop this waiter's claim on the next turn (or release what was handed to it)."""
+        self.transport.call(self.ops.unclaim(token))
+
+    async def _ado_unclaim(self, token: str) -> None:
+        await self.transport.acall(self.ops.unclaim(token))
 
     def _backend_error(self, exc: BaseException) -> RedisLockError:
         raise NotImplementedError
-
-    def _do_unclaim(self, token: str) -> None:
-        """Drop this waiter's claim on the next turn (no claims: nothing to do)."""
-
-    async def _ado_unclaim(self, token: str) -> None:
-        """Async twin of :meth:`_do_unclaim`."""
 
     def _wake_alias(self) -> str | None:
         """The alias whose pub/sub wakes waiters, or None to use backoff only."""
@@ -361,7 +389,10 @@ class BaseLock:
 
     def _holder_fence(self, token: str) -> int | None:
         """The fence of the holder with ``token`` (``None`` if another holds the lock)."""
-        raise NotImplementedError(f"{type(self).__name__} cannot adopt a lock")
+        holder = self.transport.call(self.ops.read_holder())
+        if holder is None or holder.token != token:
+            return None
+        return int(holder.fence)
 
     def check(self) -> None:
         """Raise :class:`LockLost` if this lock was lost, :class:`LockNotOwned` if never held.

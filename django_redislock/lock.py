@@ -15,7 +15,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from . import leases, replication
+from . import leases
 from .attempts import CLAIM_MS, MAX_SUBSCRIBED_WAIT
 from .base import (
     UNREACHABLE,
@@ -34,7 +34,7 @@ from .exceptions import (
 )
 from .keys import validate_seconds
 from .kinds.mutex import Attempt, Busy, Granted, Mutex, parse_acquire
-from .transports.replicated import NotReplicated, Replicated
+from .transports.replicated import Replicated
 from .transports.single import SingleNode
 
 
@@ -100,12 +100,6 @@ class Lock(BaseLock):
             else SingleNode(alias)
         )
 
-    def _do_unclaim(self, token: str) -> None:
-        self.transport.call(self.ops.unclaim(token))
-
-    async def _ado_unclaim(self, token: str) -> None:
-        await self.transport.acall(self.ops.unclaim(token))
-
     def _wake_alias(self) -> str | None:
         return self.connection if get_config()["PUBSUB_WAKEUP"] else None
 
@@ -125,60 +119,6 @@ class Lock(BaseLock):
 
     def _client(self) -> Any:
         return lock_client(self.connection)
-
-    def _do_acquire(self, token: str, waited_ms: int) -> Attempt:
-        try:
-            attempt: Attempt = self.transport.call(self.ops.acquire(token, waited_ms))
-        except NotReplicated as short:
-            self._cleanup_quietly(token)
-            raise self._replicas_missing(short) from None
-        return attempt
-
-    async def _ado_acquire(self, token: str, waited_ms: int) -> Attempt:
-        try:
-            attempt: Attempt = await self.transport.acall(self.ops.acquire(token, waited_ms))
-        except NotReplicated as short:
-            await self._acleanup_quietly(token)
-            raise self._replicas_missing(short) from None
-        return attempt
-
-    def _replicas_missing(self, short: NotReplicated) -> RedisLockError:
-        """Granted, but too few replicas saw it: undone, ReplicasNotAcked."""
-        return replication.not_acked(self.name, short.acked, short.wanted, short.ms)
-
-    def _do_release(self, token: str) -> bool:
-        return bool(self.transport.call(self.ops.release(token)))
-
-    async def _ado_release(self, token: str) -> bool:
-        return bool(await self.transport.acall(self.ops.release(token)))
-
-    def _do_extend(self, token: str, ttl_ms: int) -> bool:
-        try:
-            return bool(self.transport.call(self.ops.extend(token, ttl_ms)))
-        except NotReplicated as short:
-            raise self._not_replicated(short) from None
-
-    async def _ado_extend(self, token: str, ttl_ms: int) -> bool:
-        try:
-            return bool(await self.transport.acall(self.ops.extend(token, ttl_ms)))
-        except NotReplicated as short:
-            raise self._not_replicated(short) from None
-
-    def _not_replicated(self, short: NotReplicated) -> RedisLockError:
-        """Extended on the primary only: the validity does not move (ExtendNotReplicated)."""
-        return replication.extend_not_acked(self.name, short.acked, short.wanted, short.ms)
-
-    def _do_cleanup(self, token: str) -> None:
-        self._do_release(token)
-
-    async def _ado_cleanup(self, token: str) -> None:
-        await self._ado_release(token)
-
-    def _holder_fence(self, token: str) -> int | None:
-        holder = self.transport.call(self.ops.read_holder())
-        if holder is None or holder.token != token:
-            return None
-        return int(holder.fence)
 
     # -- queries ----------------------------------------------------------------
     def locked(self) -> bool:

@@ -709,6 +709,15 @@ class Redlock(BaseLock):
             )
         return RedisLockError(f"Redlock {self.name!r}: Redis refused a command: {exc}")
 
+    def _do_unclaim(self, token: str) -> None:
+        """Nothing to drop: Redlock waiters take turns by retrying, without claims."""
+
+    async def _ado_unclaim(self, token: str) -> None:
+        """Nothing to drop (see :meth:`_do_unclaim`)."""
+
+    def _holder_fence(self, token: str) -> int | None:
+        raise NotImplementedError("Redlock cannot adopt a lock (yet: engine step 4)")
+
     def _wake_alias(self) -> str | None:
         # Every node publishes on release; one subscription (the first node) is enough,
         # and waits stay bounded by the holder's TTL if that node is down.

@@ -384,7 +384,7 @@ def lost_acquire_reply(lab: Lab, protected: bool) -> RunResult:
     Unprotected: the clean-up after an unknown outcome (compare-and-delete) is a no-op.
     """
     from django_redislock import LockBackendUnavailable
-    from django_redislock.lock import Lock
+    from django_redislock.lock import BaseLock, Lock
 
     result = RunResult()
     server = lab.server()
@@ -393,7 +393,7 @@ def lost_acquire_reply(lab: Lab, protected: bool) -> RunResult:
     try:
         with (
             lock_settings(proxy.url, SOCKET_TIMEOUT=0.2),
-            patched(Lock, "_do_cleanup", lambda self, token: None, active=not protected),
+            patched(BaseLock, "_do_cleanup", lambda self, token: None, active=not protected),
         ):
             lock = Lock("lost-acquire-reply", connection=ALIAS, ttl=30)
             assert lock.acquire() and lock.release() is None  # warm: scripts loaded
@@ -886,6 +886,7 @@ def lifecycle(lab: Lab, protected: bool) -> RunResult:
     """
     from django_redislock import Lock, cancellation
     from django_redislock import watchdog as watchdog_module
+    from django_redislock.base import BaseLock
 
     async def noop(self: Any, token: str) -> None:
         return None
@@ -954,7 +955,7 @@ def lifecycle(lab: Lab, protected: bool) -> RunResult:
     try:
         with (
             lock_settings(proxy.url, SOCKET_TIMEOUT=2.0),
-            patched(Lock, "_ado_cleanup", noop, active=not protected),
+            patched(BaseLock, "_ado_cleanup", noop, active=not protected),
         ):
             asyncio.run(main())
             sync_part()
