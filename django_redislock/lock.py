@@ -86,14 +86,7 @@ class Lock(BaseLock):
             else validate_seconds(wait_timeout, "wait_timeout", allow_zero=False)
         )
         # No claims (so no hand-over) when every holder must WAIT for replicas.
-        self.ops = Mutex(
-            self.keys,
-            ttl_ms=self._ttl_ms,
-            fencing=self.fencing,
-            purpose=self.purpose,
-            watchdog=self.watchdog,
-            claim_ms=None if wait_replicas else CLAIM_MS,
-        )
+        self.ops = Mutex.of(self, claim_ms=None if wait_replicas else CLAIM_MS)
         self.transport = (
             Replicated(alias, wait_replicas, self.wait_timeout, self.ttl)
             if wait_replicas

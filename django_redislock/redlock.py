@@ -52,6 +52,7 @@ from .keys import ttl_milliseconds, validate_seconds
 from .kinds import Mutex, Operation
 from .kinds.mutex import Attempt, Busy, Granted, HolderState, parse_acquire
 from .transports import wire
+from .transports.base import acall_each, call_each
 
 logger = logging.getLogger("django_redislock.redlock")
 acquire_logger = logging.getLogger("django_redislock.acquire")
@@ -332,16 +333,10 @@ class Nodes:
         return bool(_run_sync(self.acall(op)))
 
     def call_many(self, ops: Sequence[Operation]) -> list[Any]:
-        outcomes: list[Any] = []
-        for op in ops:
-            try:
-                outcomes.append(self.call(op))
-            except Exception as exc:
-                outcomes.append(exc)
-        return outcomes
+        return call_each(self.call, ops)
 
     async def acall_many(self, ops: Sequence[Operation]) -> list[Any]:
-        return list(await asyncio.gather(*(self.acall(op) for op in ops), return_exceptions=True))
+        return await acall_each(self.acall, ops)
 
     def raise_if_too_few(self, results: dict[str, Any], action: str) -> None:
         """``LockBackendUnavailable`` when fewer than a majority answered and no majority
@@ -412,15 +407,7 @@ class Redlock(BaseLock):
         self._deadlines = Deadlines(self.node_timeout, self.connect_timeout)
         self.drift = clock_drift(self.ttl)
         # No claims, no hand-over: Redlock waiters take turns by retrying.
-        self.ops = Mutex(
-            self.keys,
-            ttl_ms=self._ttl_ms,
-            fencing=self.fencing,
-            purpose=self.purpose,
-            watchdog=self.watchdog,
-            claim_ms=None,
-            hand_over=False,
-        )
+        self.ops = Mutex.of(self, claim_ms=None, hand_over=False)
         self._nodes = Nodes(self.name, self.connections, self._deadlines, self.validity)
         self.transport = self._nodes
         # This object's last call per node, so the next one queues behind it.

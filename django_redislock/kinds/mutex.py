@@ -138,6 +138,19 @@ class Mutex:
         )
         self._extend_keys = (keys.key, keys.meta)
 
+    @classmethod
+    def of(cls, lock: Any, *, claim_ms: int | None, hand_over: bool = True) -> Mutex:
+        """The mutex operations of ``lock`` (a ``BaseLock``: its keys and options)."""
+        return cls(
+            lock.keys,
+            ttl_ms=lock._ttl_ms,
+            fencing=lock.fencing,
+            purpose=lock.purpose,
+            watchdog=lock.watchdog,
+            claim_ms=claim_ms,
+            hand_over=hand_over,
+        )
+
     def acquire(self, token: str, waited_ms: int = 0) -> Operation:
         """Take the lock for ``token`` (``acquire.lua``); reply ``{1, fence}`` or ``{0, ...}``."""
         claims = self.claim_ms is not None

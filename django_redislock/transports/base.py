@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+import asyncio
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import Any, Protocol
 
 from ..kinds.operation import Operation
@@ -28,4 +29,22 @@ class Transport(Protocol):
         """Async :meth:`call_many`."""
 
 
-__all__ = ["Transport"]
+def call_each(call: Callable[[Operation], Any], ops: Sequence[Operation]) -> list[Any]:
+    """``call`` each operation alone: each result, or the exception it raised."""
+    outcomes: list[Any] = []
+    for op in ops:
+        try:
+            outcomes.append(call(op))
+        except Exception as exc:
+            outcomes.append(exc)
+    return outcomes
+
+
+async def acall_each(
+    acall: Callable[[Operation], Awaitable[Any]], ops: Sequence[Operation]
+) -> list[Any]:
+    """Async :func:`call_each`: all at once, each result or its exception."""
+    return list(await asyncio.gather(*(acall(op) for op in ops), return_exceptions=True))
+
+
+__all__ = ["Transport", "acall_each", "call_each"]

@@ -25,6 +25,7 @@ from ..connection import async_lock_client, async_node_client, is_cluster, lock_
 from ..kinds.operation import Operation
 from ..replication import ReplicationError, wait_timeout_ms
 from . import wire
+from .base import acall_each, call_each
 from .single import SingleNode
 
 #: How long a cluster call keeps following redirects during a slot migration.
@@ -80,17 +81,12 @@ class Replicated(SingleNode):
         return self._checked(op.parse(reply), acked, ms)
 
     def call_many(self, ops: Sequence[Operation]) -> list[Any]:
-        outcomes: list[Any] = []
-        for op in ops:  # one by one: each WAIT counts its own connection's writes
-            try:
-                outcomes.append(self.call(op))
-            except Exception as exc:
-                outcomes.append(exc)
-        return outcomes
+        # One by one: each WAIT counts its own connection's writes.
+        return call_each(self.call, ops)
 
     async def acall_many(self, ops: Sequence[Operation]) -> list[Any]:
         # Concurrently, each on its own connection: each WAIT counts its own writes.
-        return list(await asyncio.gather(*(self.acall(op) for op in ops), return_exceptions=True))
+        return await acall_each(self.acall, ops)
 
     def _checked(self, result: Any, acked: int, ms: int) -> Any:
         # A false result (refused, not ours) wrote nothing: no acknowledgement to wait for.
