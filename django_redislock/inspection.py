@@ -18,6 +18,7 @@ from .exceptions import LockBackendUnavailable, RedisLockError
 from .holder import parse_holder
 from .keys import LockKeys, name_from_key, validate_prefix
 from .kinds import HolderState
+from .kinds.operation import text
 from .lock import is_unreachable
 from .transports import wire
 from .transports.single import SingleNode
@@ -60,30 +61,19 @@ class LockInfo:
         return self.token[:6] + "…"
 
 
-def _text(value: Any) -> str:
-    if value is None:
-        return ""
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
-def build_info(
-    name: str, key: str, token: Any, pttl: int, meta: dict[Any, Any], alias: str
-) -> LockInfo:
-    """A :class:`LockInfo` from the raw replies of GET, PTTL and HGETALL."""
-    fields = {_text(k): _text(v) for k, v in (meta or {}).items()}
-    if "holder" in fields:
-        fields.update(parse_holder(fields.pop("holder")))
+def info_from_state(name: str, key: str, state: HolderState, alias: str) -> LockInfo:
+    """A :class:`LockInfo` from a holder read by a script (``read_holder``, a busy acquire)."""
+    fields = parse_holder(state.description) if state.description else {}
     pid = fields.get("pid", "")
     stamp = fields.get("acquired_at", "")
     try:
         acquired = dt.datetime.fromtimestamp(float(stamp), tz=dt.timezone.utc) if stamp else None
     except ValueError:
         acquired = None
-    fence = fields.get("fence", "")
     return LockInfo(
         name=name,
         key=key,
-        ttl=None if pttl is None or pttl < 0 else pttl / 1000,
+        ttl=None if state.pttl_ms < 0 else state.pttl_ms / 1000,
         owner=LockOwner(
             host=fields.get("host", ""),
             pid=int(pid) if pid.isdigit() else None,
@@ -91,17 +81,11 @@ def build_info(
         ),
         purpose=fields.get("purpose", ""),
         acquired_at=acquired,
-        fence=int(fence) if fence.isdigit() and fence != "0" else None,
+        fence=state.fence or None,
         watchdog=fields.get("watchdog") == "1",
         connection=alias,
-        token=_text(token),
+        token=state.token,
     )
-
-
-def info_from_state(name: str, key: str, state: HolderState, alias: str) -> LockInfo:
-    """A :class:`LockInfo` from a holder read by a script (``read_holder``, a busy acquire)."""
-    meta = {"fence": str(state.fence), "holder": state.description}
-    return build_info(name, key, state.token, state.pttl_ms, meta, alias)
 
 
 def _keys(name: str) -> LockKeys:
@@ -303,7 +287,7 @@ def _read_batch(client: Any, raw_keys: list[Any], alias: str) -> list[LockInfo]:
     prefix = get_config()["KEY_PREFIX"]
     found: list[tuple[str, Any]] = []
     for raw in raw_keys:
-        name = name_from_key(prefix, _text(raw))
+        name = name_from_key(prefix, text(raw))
         if name is not None:
             found.append((name, kind.keys(name)))
     if not found:

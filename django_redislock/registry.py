@@ -47,10 +47,6 @@ class Kind:
         """The Redis names of lock ``name`` under the configured prefix."""
         return LockKeys.build(validate_prefix(get_config()["KEY_PREFIX"]), validate_name(name))
 
-    def ops(self, name: str) -> Any:
-        """The kind's operations on lock ``name``, for looking at it from outside."""
-        return self.operations(self.keys(name))
-
     @property
     def backends(self) -> tuple[str, ...]:
         return tuple(self.classes)

@@ -67,12 +67,7 @@ def parse_acquire(reply: Any) -> Granted | Busy:
         return Granted(int(reply[1]))
     wait_ms = int(reply[1])
     server_ms = int(reply[2]) if len(reply) > 2 and int(reply[2]) >= 0 else None
-    holder = None
-    if len(reply) > 5:
-        fence = text(reply[4])
-        holder = HolderState(
-            text(reply[3]), wait_ms, int(fence) if fence.isdigit() else 0, text(reply[5])
-        )
+    holder = _holder_state(reply[3], wait_ms, reply[4], reply[5]) if len(reply) > 5 else None
     return Busy(wait_ms, server_ms, holder)
 
 
@@ -81,9 +76,14 @@ def parse_holder_state(reply: Any) -> HolderState | None:
     if not reply:
         return None
     token, pttl, fence, description = reply
+    return _holder_state(token, int(pttl), fence, description)
+
+
+def _holder_state(token: Any, pttl_ms: int, fence: Any, description: Any) -> HolderState:
+    # The scripts send '' for a fence or description the metadata does not have.
     fence_text = text(fence)
     return HolderState(
-        text(token), int(pttl), int(fence_text) if fence_text.isdigit() else 0, text(description)
+        text(token), pttl_ms, int(fence_text) if fence_text.isdigit() else 0, text(description)
     )
 
 
