@@ -23,11 +23,11 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ReadOnlyError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from . import replication, signals, watchdog
+from . import drivers, protocol, replication, signals, watchdog
 from .attempts import Attempts
-from .cancellation import cancel_count, finish_shielded, in_background
 from .clock import now
 from .conf import get_config
+from .drivers import cancel_count, finish_shielded
 from .exceptions import (
     LockLost,
     LockNotAcquired,
@@ -337,13 +337,7 @@ class BaseLock:
 
     def release(self) -> None:
         """Release the lock; :class:`LockNotOwned` if this object no longer holds it."""
-        token = self._owned_token("release")
-        self._forget()
-        try:
-            released = self._do_release(token)
-        except RedisError as exc:
-            raise self._backend_error(exc) from exc
-        self._after_release(released)
+        drivers.run(protocol.release(self), self)
 
     def _after_release(self, released: bool) -> None:
         if not released:
@@ -546,15 +540,7 @@ class BaseLock:
 
     async def arelease(self) -> None:
         """Async twin of :meth:`release`. Cancelling it still releases the lock."""
-        token = self._owned_token("release")
-        self._forget()
-        # Shielded: a cancelled caller must not leave the lock held until its TTL.
-        task = in_background(self._ado_release(token))
-        try:
-            released = await asyncio.shield(task)
-        except RedisError as exc:
-            raise self._backend_error(exc) from exc
-        self._after_release(released)
+        await drivers.arun(protocol.release(self), self)
 
     async def aextend(self, ttl: float | None = None) -> None:
         """Async twin of :meth:`extend`."""
