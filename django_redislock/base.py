@@ -193,6 +193,13 @@ class BaseLock:
         except NotReplicated as short:
             raise self._not_replicated(short) from None
 
+    def _do_holder_fence(self, token: str) -> int | None:
+        """The fence of the holder with ``token`` (``None`` if another holds the lock)."""
+        return _fence_of(self.transport.call(self.ops.read_holder()), token)
+
+    async def _ado_holder_fence(self, token: str) -> int | None:
+        return _fence_of(await self.transport.acall(self.ops.read_holder()), token)
+
     def _not_replicated(self, short: NotReplicated) -> RedisLockError:
         """Extended on the primary only: the validity does not move (ExtendNotReplicated)."""
         return replication.extend_not_acked(self.name, short.acked, short.wanted, short.ms)
@@ -218,11 +225,15 @@ class BaseLock:
         """The alias whose pub/sub wakes waiters, or None to use backoff only."""
         return None
 
+    def _validity_of(self, seconds: float) -> float:
+        """Seconds a grant or renewal of ``seconds`` may be trusted (Redlock: less the drift)."""
+        return seconds
+
     @property
     def validity(self) -> float:
         """Seconds the holder may trust the lock from just before the call that took or
         renewed it was sent (the TTL; less the clock drift for Redlock)."""
-        return self.ttl
+        return self._validity_of(self.ttl)
 
     # -- state --------------------------------------------------------------
     def _check_not_held(self) -> None:
@@ -347,16 +358,7 @@ class BaseLock:
 
     def extend(self, ttl: float | None = None) -> None:
         """Reset the remaining TTL to ``ttl`` seconds (default: the lock's ttl)."""
-        ttl_ms = self._ttl_ms if ttl is None else ttl_milliseconds(ttl)
-        token = self._owned_token("extend")
-        started = clock()
-        try:
-            extended = self._do_extend(token, ttl_ms)
-        except RedisError as exc:
-            raise self._backend_error(exc) from exc
-        if not extended:
-            raise self._not_owned("extend")
-        self.valid_until = started + ttl_ms / 1000
+        drivers.run(protocol.extend(self, ttl), self)
 
     def adopt(self, token: str) -> bool:
         """Take over the lock held under ``token``: a lock another process handed over.
@@ -368,25 +370,11 @@ class BaseLock:
         (expired, released, or taken over since). The handing side must stop using the
         token. The holder details shown by the admin stay those of the first holder.
         """
-        if not isinstance(token, str) or not token:
-            raise ValueError(f"token must be a non-empty str, not {token!r}")
-        self._check_not_held()
-        started = clock()
-        try:
-            fence = self._holder_fence(token) if self._do_extend(token, self._ttl_ms) else None
-        except RedisError as exc:
-            raise self._backend_error(exc) from exc
-        if fence is None:
-            return False
-        self._took(token, fence, started)
-        return True
+        return drivers.run(protocol.adopt(self, token, in_loop=False), self)
 
-    def _holder_fence(self, token: str) -> int | None:
-        """The fence of the holder with ``token`` (``None`` if another holds the lock)."""
-        holder = self.transport.call(self.ops.read_holder())
-        if holder is None or holder.token != token:
-            return None
-        return int(holder.fence)
+    async def aadopt(self, token: str) -> bool:
+        """Async twin of :meth:`adopt` (the watchdog, if on, renews on this event loop)."""
+        return await drivers.arun(protocol.adopt(self, token, in_loop=True), self)
 
     def check(self) -> None:
         """Raise :class:`LockLost` if this lock was lost, :class:`LockNotOwned` if never held.
@@ -544,16 +532,7 @@ class BaseLock:
 
     async def aextend(self, ttl: float | None = None) -> None:
         """Async twin of :meth:`extend`."""
-        ttl_ms = self._ttl_ms if ttl is None else ttl_milliseconds(ttl)
-        token = self._owned_token("extend")
-        started = clock()
-        try:
-            extended = await self._ado_extend(token, ttl_ms)
-        except RedisError as exc:
-            raise self._backend_error(exc) from exc
-        if not extended:
-            raise self._not_owned("extend")
-        self.valid_until = started + ttl_ms / 1000
+        await drivers.arun(protocol.extend(self, ttl), self)
 
     async def _acleanup_quietly(self, token: str) -> None:
         try:
@@ -590,6 +569,10 @@ class BaseLock:
     def __repr__(self) -> str:
         state = "held" if self.token else "not held"
         return f"<{type(self).__name__} {self.name!r} {state}>"
+
+
+def _fence_of(holder: HolderState | None, token: str) -> int | None:
+    return None if holder is None or holder.token != token else int(holder.fence)
 
 
 def _validate_timeout(timeout: object) -> float | None:

@@ -15,6 +15,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from redis.exceptions import RedisError
 
+from .clock import now as clock
+from .keys import ttl_milliseconds
+
 if TYPE_CHECKING:
     from .base import BaseLock
     from .waiting import Waiter
@@ -50,4 +53,35 @@ def release(lock: BaseLock) -> Generator[Step, Any, None]:
     lock._after_release(released)
 
 
-__all__ = ["Send", "Step", "Wait", "release"]
+def extend(lock: BaseLock, ttl: float | None) -> Generator[Step, Any, None]:
+    """``extend()``: reset the TTL to ``ttl`` (default: the lock's); ``LockNotOwned`` if gone."""
+    ttl_ms = lock._ttl_ms if ttl is None else ttl_milliseconds(ttl)
+    token = lock._owned_token("extend")
+    started = clock()
+    try:
+        extended = yield Send("_do_extend", (token, ttl_ms))
+    except RedisError as exc:
+        raise lock._backend_error(exc) from exc
+    if not extended:
+        raise lock._not_owned("extend")
+    lock.valid_until = started + lock._validity_of(ttl_ms / 1000)
+
+
+def adopt(lock: BaseLock, token: str, *, in_loop: bool) -> Generator[Step, Any, bool]:
+    """``adopt()``: take over the lock held under ``token``; False if it no longer holds it."""
+    if not isinstance(token, str) or not token:
+        raise ValueError(f"token must be a non-empty str, not {token!r}")
+    lock._check_not_held()
+    started = clock()
+    try:
+        extended = yield Send("_do_extend", (token, lock._ttl_ms))
+        fence = (yield Send("_do_holder_fence", (token,))) if extended else None
+    except RedisError as exc:
+        raise lock._backend_error(exc) from exc
+    if fence is None:
+        return False
+    lock._took(token, fence, started, in_loop=in_loop)
+    return True
+
+
+__all__ = ["Send", "Step", "Wait", "adopt", "extend", "release"]

@@ -48,7 +48,7 @@ from .base import UNREACHABLE, BaseLock, new_token
 from .conf import get_config
 from .connection import async_lock_client, park_inherited
 from .exceptions import LockBackendUnavailable, LockConfigurationError, RedisLockError
-from .keys import ttl_milliseconds, validate_seconds
+from .keys import validate_seconds
 from .kinds import Mutex, Operation
 from .kinds.mutex import Attempt, Busy, Granted, HolderState, parse_acquire
 from .transports import wire
@@ -418,11 +418,6 @@ class Redlock(BaseLock):
         self._releasing_valid = False
 
     # -- validity -------------------------------------------------------------------
-    @property
-    def validity(self) -> float:
-        """Redlock validity from just before the first send: ttl - drift."""
-        return self.ttl - self.drift
-
     def _took(self, token: str, fence: int, started: float, *, in_loop: bool = False) -> None:
         # Each attempt writes its own token (so a late cleanup of one attempt can never
         # delete the next one's key): the winning attempt's token is the lock's token.
@@ -432,21 +427,9 @@ class Redlock(BaseLock):
         self._attempt = None
         super()._took(token, fence, started, in_loop=in_loop)
 
-    def extend(self, ttl: float | None = None) -> None:
-        """Reset the TTL on a majority of nodes (``LockNotOwned`` if that fails)."""
-        super().extend(ttl)
-        self._subtract_drift(ttl)
-
-    async def aextend(self, ttl: float | None = None) -> None:
-        """Async twin of :meth:`extend`."""
-        await super().aextend(ttl)
-        self._subtract_drift(ttl)
-
-    def _subtract_drift(self, ttl: float | None) -> None:
-        # BaseLock set valid_until = started + ttl; a Redlock may trust ttl - drift.
-        seconds = self.ttl if ttl is None else ttl_milliseconds(ttl) / 1000
-        if self.valid_until is not None:
-            self.valid_until -= clock_drift(seconds)
+    def _validity_of(self, seconds: float) -> float:
+        # A majority's grant (or renewal) of ``seconds`` may be trusted for seconds - drift.
+        return seconds - clock_drift(seconds)
 
     # -- hooks: acquire ---------------------------------------------------------------
     def _acquire_call(self, base_token: str) -> tuple[str, Operation, float]:
@@ -666,9 +649,8 @@ class Redlock(BaseLock):
         return True
 
     async def _extend(self, token: str, ttl_ms: int) -> bool:
-        ttl = ttl_ms / 1000
         op = self.ops.extend(token, ttl_ms)
-        return await self._nodes.acall(op, validity=ttl - clock_drift(ttl))
+        return await self._nodes.acall(op, validity=self._validity_of(ttl_ms / 1000))
 
     def _raise_if_too_few(self, results: dict[str, Any], action: str) -> None:
         self._nodes.raise_if_too_few(results, action)
@@ -702,8 +684,12 @@ class Redlock(BaseLock):
     async def _ado_unclaim(self, token: str) -> None:
         """Nothing to drop (see :meth:`_do_unclaim`)."""
 
-    def _holder_fence(self, token: str) -> int | None:
+    def _do_holder_fence(self, token: str) -> int | None:
         raise NotImplementedError("Redlock cannot adopt a lock (yet: engine step 4)")
+
+    async def _ado_holder_fence(self, token: str) -> int | None:
+        self._do_holder_fence(token)
+        return None  # pragma: no cover - raised above
 
     def _wake_alias(self) -> str | None:
         # Every node publishes on release; one subscription (the first node) is enough,

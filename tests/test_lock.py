@@ -524,6 +524,28 @@ def test_adopt_fails_for_a_token_that_no_longer_holds(lock_backend) -> None:
     other.release()
 
 
+def test_aadopt_takes_over_and_renews_on_the_event_loop(lock_backend) -> None:
+    first = Lock("handed", ttl=5)
+    assert first.acquire(timeout=0)
+
+    async def main() -> None:
+        second = Lock("handed", ttl=0.3, watchdog=True)
+        assert await second.aadopt(first.token)
+        assert second.fence == first.fence and await second.aowned()
+        renewed = second.valid_until
+        # The loop's watchdog renews it (at ttl/3): the local validity moves on.
+        for _ in range(200):
+            if second.valid_until != renewed:
+                break
+            await asyncio.sleep(0.01)
+        assert second.valid_until != renewed and not second.lost
+        await second.arelease()
+        assert not await Lock("handed").alocked()
+        assert not await Lock("handed").aadopt(second.token or "gone")
+
+    asyncio.run(main())
+
+
 def test_adopt_checks_its_arguments(lock_backend) -> None:
     with pytest.raises(ValueError, match="token must be a non-empty str"):
         Lock("handed").adopt("")

@@ -194,15 +194,15 @@ CALLS: dict[str, tuple[Setup, list[str], Callable[[Any], Any], Callable[[Any], A
         lambda lk: lk.aacquire(timeout=30),
     ),
     "release": (_held, [], lambda lk: lk.release(), lambda lk: lk.arelease()),
+    "extend": (_held, [], lambda lk: lk.extend(), lambda lk: lk.aextend()),
+    "adopt": (
+        _adopt_from,
+        [],
+        lambda lk: lk.adopt("handed-token"),
+        lambda lk: lk.aadopt("handed-token"),
+    ),
     "with": (_free, ["busy", "grant"], _exit_with, _aexit_with),
 }
-
-
-def _async(function: Callable[..., Any]) -> Callable[..., Any]:
-    async def call(*args: Any) -> Any:
-        return function(*args)
-
-    return call
 
 
 def _walk(name: str, fault: Fault | None, *, use_async: bool) -> Walk:
