@@ -19,9 +19,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ReadOnlyError, RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import RedisError
 
 from . import drivers, protocol, replication, signals, watchdog
 from .attempts import Attempts
@@ -37,7 +35,7 @@ from .exceptions import (
 from .keys import LockKeys, ttl_milliseconds, validate_name, validate_prefix, validate_seconds
 from .kinds.mutex import Attempt, Granted, HolderState, Mutex
 from .transactions import defer_release_to_commit
-from .transports.base import Transport
+from .transports.base import UNREACHABLE, Transport, is_unreachable
 from .transports.replicated import NotReplicated
 
 acquire_logger = logging.getLogger("django_redislock.acquire")
@@ -45,16 +43,6 @@ release_logger = logging.getLogger("django_redislock.release")
 
 #: The clock every lock uses for timeouts and validity (:mod:`django_redislock.clock`).
 clock: Callable[[], float] = now
-
-#: Errors that mean "the server could not be reached": the outcome is unknown.
-UNREACHABLE = (RedisConnectionError, RedisTimeoutError, ReadOnlyError, OSError)
-
-
-def is_unreachable(exc: BaseException) -> bool:
-    """True for errors meaning "this server cannot take the lock now": connection
-    errors, timeouts, and a read-only replica (Redis 6 reports READONLY raised
-    inside a script as a plain script error, so the message is checked too)."""
-    return isinstance(exc, UNREACHABLE) or "READONLY" in str(exc)
 
 
 def new_token() -> str:
@@ -307,6 +295,8 @@ class BaseLock:
         cannot be reached.
         """
         wait_for = self._resolve_wait(blocking, timeout)
+        if wait_for == 0:
+            return drivers.run(protocol.acquire(self, blocking, timeout), self)
         self._check_not_held()
         attempts = Attempts(self, wait_for)
         token = attempts.token
@@ -469,8 +459,11 @@ class BaseLock:
     async def aacquire(self, blocking: bool | None = None, timeout: float | None = None) -> bool:
         """Async twin of :meth:`acquire`. Cancelling it leaves no key behind."""
         wait_for = self._resolve_wait(blocking, timeout)
+        loop = asyncio.get_running_loop()
+        if wait_for == 0:
+            return await drivers.arun(protocol.acquire(self, blocking, timeout, loop=loop), self)
         self._check_not_held()
-        attempts = Attempts(self, wait_for, loop=asyncio.get_running_loop())
+        attempts = Attempts(self, wait_for, loop=loop)
         token = attempts.token
         try:
             while True:

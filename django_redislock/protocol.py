@@ -10,17 +10,24 @@ same steps; the drivers own the cancellation rules.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from redis.exceptions import RedisError
 
+from .attempts import Attempts
 from .clock import now as clock
 from .keys import ttl_milliseconds
+from .kinds.mutex import Granted
+from .transports.base import UNREACHABLE
 
 if TYPE_CHECKING:
     from .base import BaseLock
     from .waiting import Waiter
+
+acquire_logger = logging.getLogger("django_redislock.acquire")
 
 
 class Send(NamedTuple):
@@ -40,6 +47,78 @@ class Wait(NamedTuple):
 
 
 Step = Send | Wait
+
+
+def acquire(
+    lock: BaseLock, blocking: bool | None, timeout: float | None, *, loop: Any = None
+) -> Generator[Step, Any, bool]:
+    """``acquire()``: try, wait (woken by a release or by backoff), try again, until the
+    lock is ours (True) or the wait ran out (False). ``loop``: the caller's event loop
+    (async callers), where its waiter is woken and its watchdog runs.
+
+    Clean-up: an attempt whose outcome is unknown (unreachable, or cancelled mid-command)
+    is undone by token; a waiter that leaves drops its claim on the next turn.
+    """
+    wait_for = lock._resolve_wait(blocking, timeout)
+    lock._check_not_held()
+    attempts = Attempts(lock, wait_for, loop=loop)
+    token = attempts.token
+    try:
+        while True:
+            attempts.before_attempt()
+            started = clock()
+            try:
+                attempt = yield Send("_do_acquire", (token, attempts.waited_ms))
+            except asyncio.CancelledError:
+                # The SET (or our claim on the next turn) may have landed: delete what
+                # holds our token before the cancel completes.
+                yield Send("_do_cleanup", (token,))
+                if attempts.waited_ms:
+                    yield Send("_do_unclaim", (token,))
+                raise
+            except UNREACHABLE as exc:
+                yield from _cleanup_quietly(lock, token)
+                if attempts.waited_ms:
+                    yield from _unclaim_quietly(lock, token)
+                raise lock._backend_error(exc) from exc
+            except RedisError as exc:
+                raise lock._backend_error(exc) from exc
+            if isinstance(attempt, Granted):
+                return attempts.won(attempt.fence, started)
+            pause = attempts.next_pause(attempt, started)
+            if pause is None:
+                if attempts.waited_ms:
+                    yield from _unclaim_quietly(lock, token)
+                return False
+            try:
+                yield Wait(pause, attempts.waiter)
+            except asyncio.CancelledError:
+                if attempts.waited_ms:
+                    # Before the cancel completes: a release must not hand the lock to a
+                    # waiter that is gone.
+                    yield Send("_do_unclaim", (token,))
+                raise
+            handed = attempts.live_hand_off()
+            if handed is not None:
+                return attempts.won(*handed)
+    finally:
+        attempts.close()
+
+
+def _cleanup_quietly(lock: BaseLock, token: str) -> Generator[Step, Any, None]:
+    """Undo an attempt whose outcome is unknown; a failure is logged (the key expires)."""
+    try:
+        yield Send("_do_cleanup", (token,))
+    except Exception as exc:
+        lock._warn_cleanup_failed(exc)
+
+
+def _unclaim_quietly(lock: BaseLock, token: str) -> Generator[Step, Any, None]:
+    """Drop this waiter's claim on the next turn; a failure is logged (the claim expires)."""
+    try:
+        yield Send("_do_unclaim", (token,))
+    except Exception as exc:
+        acquire_logger.info("Could not drop the claim on %r: %s", lock.name, exc)
 
 
 def release(lock: BaseLock) -> Generator[Step, Any, None]:
@@ -84,4 +163,4 @@ def adopt(lock: BaseLock, token: str, *, in_loop: bool) -> Generator[Step, Any, 
     return True
 
 
-__all__ = ["Send", "Step", "Wait", "adopt", "extend", "release"]
+__all__ = ["Send", "Step", "Wait", "acquire", "adopt", "extend", "release"]

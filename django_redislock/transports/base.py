@@ -6,7 +6,21 @@ import asyncio
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import Any, Protocol
 
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ReadOnlyError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
 from ..kinds.operation import Operation
+
+#: Errors that mean "the server could not be reached": the outcome is unknown.
+UNREACHABLE = (RedisConnectionError, RedisTimeoutError, ReadOnlyError, OSError)
+
+
+def is_unreachable(exc: BaseException) -> bool:
+    """True for errors meaning "this server cannot take the lock now": connection
+    errors, timeouts, and a read-only replica (Redis 6 reports READONLY raised
+    inside a script as a plain script error, so the message is checked too)."""
+    return isinstance(exc, UNREACHABLE) or "READONLY" in str(exc)
 
 
 class Transport(Protocol):
@@ -47,4 +61,4 @@ async def acall_each(
     return list(await asyncio.gather(*(acall(op) for op in ops), return_exceptions=True))
 
 
-__all__ = ["Transport", "acall_each", "call_each"]
+__all__ = ["UNREACHABLE", "Transport", "acall_each", "call_each", "is_unreachable"]
