@@ -19,13 +19,9 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from redis.exceptions import RedisError
-
 from . import drivers, protocol, replication, signals, watchdog
-from .attempts import Attempts
 from .clock import now
 from .conf import get_config
-from .drivers import cancel_count, finish_shielded
 from .exceptions import (
     LockLost,
     LockNotAcquired,
@@ -33,7 +29,7 @@ from .exceptions import (
     RedisLockError,
 )
 from .keys import LockKeys, ttl_milliseconds, validate_name, validate_prefix, validate_seconds
-from .kinds.mutex import Attempt, Granted, HolderState, Mutex
+from .kinds.mutex import Attempt, HolderState, Mutex
 from .transactions import defer_release_to_commit
 from .transports.base import UNREACHABLE, Transport, is_unreachable
 from .transports.replicated import NotReplicated
@@ -144,19 +140,11 @@ class BaseLock:
     # scatter still does (until the quorum transport replaces it).
     def _do_acquire(self, token: str, waited_ms: int) -> Attempt:
         """Try once (``waited_ms``: how long this acquire has waited): Granted or Busy."""
-        try:
-            attempt: Attempt = self.transport.call(self.ops.acquire(token, waited_ms))
-        except NotReplicated as short:
-            self._cleanup_quietly(token)
-            raise self._replicas_missing(short) from None
+        attempt: Attempt = self.transport.call(self.ops.acquire(token, waited_ms))
         return attempt
 
     async def _ado_acquire(self, token: str, waited_ms: int) -> Attempt:
-        try:
-            attempt: Attempt = await self.transport.acall(self.ops.acquire(token, waited_ms))
-        except NotReplicated as short:
-            await self._acleanup_quietly(token)
-            raise self._replicas_missing(short) from None
+        attempt: Attempt = await self.transport.acall(self.ops.acquire(token, waited_ms))
         return attempt
 
     def _replicas_missing(self, short: NotReplicated) -> RedisLockError:
@@ -170,16 +158,10 @@ class BaseLock:
         return bool(await self.transport.acall(self.ops.release(token)))
 
     def _do_extend(self, token: str, ttl_ms: int) -> bool:
-        try:
-            return bool(self.transport.call(self.ops.extend(token, ttl_ms)))
-        except NotReplicated as short:
-            raise self._not_replicated(short) from None
+        return bool(self.transport.call(self.ops.extend(token, ttl_ms)))
 
     async def _ado_extend(self, token: str, ttl_ms: int) -> bool:
-        try:
-            return bool(await self.transport.acall(self.ops.extend(token, ttl_ms)))
-        except NotReplicated as short:
-            raise self._not_replicated(short) from None
+        return bool(await self.transport.acall(self.ops.extend(token, ttl_ms)))
 
     def _do_holder_fence(self, token: str) -> int | None:
         """The fence of the holder with ``token`` (``None`` if another holds the lock)."""
@@ -294,47 +276,7 @@ class BaseLock:
         ``None`` waits forever. Raises :class:`LockBackendUnavailable` when Redis
         cannot be reached.
         """
-        wait_for = self._resolve_wait(blocking, timeout)
-        if wait_for == 0:
-            return drivers.run(protocol.acquire(self, blocking, timeout), self)
-        self._check_not_held()
-        attempts = Attempts(self, wait_for)
-        token = attempts.token
-        try:
-            while True:
-                attempts.before_attempt()
-                started = clock()
-                try:
-                    attempt = self._do_acquire(token, attempts.waited_ms)
-                except UNREACHABLE as exc:
-                    self._cleanup_quietly(token)
-                    if attempts.waited_ms:
-                        self._unclaim_quietly(token)
-                    raise self._backend_error(exc) from exc
-                except RedisError as exc:
-                    raise self._backend_error(exc) from exc
-                if isinstance(attempt, Granted):
-                    return attempts.won(attempt.fence, started)
-                pause = attempts.next_pause(attempt, started)
-                if pause is None:
-                    if attempts.waited_ms:
-                        self._unclaim_quietly(token)
-                    return False
-                if attempts.waiter is None:
-                    time.sleep(pause)
-                    continue
-                attempts.waiter.wait(pause)
-                handed = attempts.live_hand_off()
-                if handed is not None:
-                    return attempts.won(*handed)
-        finally:
-            attempts.close()
-
-    def _unclaim_quietly(self, token: str) -> None:
-        try:
-            self._do_unclaim(token)
-        except Exception as exc:  # the claim expires by itself
-            acquire_logger.info("Could not drop the claim on %r: %s", self.name, exc)
+        return drivers.run(protocol.acquire(self, blocking, timeout), self)
 
     def release(self) -> None:
         """Release the lock; :class:`LockNotOwned` if this object no longer holds it."""
@@ -374,21 +316,6 @@ class BaseLock:
         if self.lost:
             raise LockLost(f"Lock {self.name!r} was lost.", lock_name=self.name)
         self._owned_token("check")
-
-    def _cleanup_quietly(self, token: str) -> None:
-        try:
-            self._do_cleanup(token)
-        except Exception as exc:
-            self._warn_cleanup_failed(exc)
-
-    def _warn_cleanup_failed(self, exc: BaseException) -> None:
-        # One message for both twins.
-        acquire_logger.warning(
-            "Could not clean up after a failed acquire of %r (it expires in %.3fs): %s",
-            self.name,
-            self.ttl,
-            exc,
-        )
 
     def __enter__(self) -> BaseLock:
         if not self.acquire():
@@ -458,66 +385,8 @@ class BaseLock:
     # -- async API ------------------------------------------------------------
     async def aacquire(self, blocking: bool | None = None, timeout: float | None = None) -> bool:
         """Async twin of :meth:`acquire`. Cancelling it leaves no key behind."""
-        wait_for = self._resolve_wait(blocking, timeout)
         loop = asyncio.get_running_loop()
-        if wait_for == 0:
-            return await drivers.arun(protocol.acquire(self, blocking, timeout, loop=loop), self)
-        self._check_not_held()
-        attempts = Attempts(self, wait_for, loop=loop)
-        token = attempts.token
-        try:
-            while True:
-                attempts.before_attempt()
-                started = clock()
-                cancels = cancel_count()
-                try:
-                    attempt = await self._ado_acquire(token, attempts.waited_ms)
-                    if cancel_count() > cancels:
-                        # redis-py can swallow a cancel that arrives mid-command.
-                        raise asyncio.CancelledError
-                except asyncio.CancelledError:
-                    # The SET (or our claim on the next turn) may have landed:
-                    # delete what holds our token before the cancel completes.
-                    await finish_shielded(self._ado_cleanup(token))
-                    if attempts.waited_ms:
-                        await finish_shielded(self._ado_unclaim(token))
-                    raise
-                except UNREACHABLE as exc:
-                    await self._acleanup_quietly(token)
-                    if attempts.waited_ms:
-                        await self._aunclaim_quietly(token)
-                    raise self._backend_error(exc) from exc
-                except RedisError as exc:
-                    raise self._backend_error(exc) from exc
-                if isinstance(attempt, Granted):
-                    return attempts.won(attempt.fence, started)
-                pause = attempts.next_pause(attempt, started)
-                if pause is None:
-                    if attempts.waited_ms:
-                        await self._aunclaim_quietly(token)
-                    return False
-                try:
-                    if attempts.waiter is None:
-                        await asyncio.sleep(pause)
-                    else:
-                        await attempts.waiter.await_wake(pause)
-                except asyncio.CancelledError:
-                    if attempts.waited_ms:
-                        # Before the cancel completes: a release must not hand
-                        # the lock to a waiter that is gone.
-                        await finish_shielded(self._ado_unclaim(token))
-                    raise
-                handed = attempts.live_hand_off()
-                if handed is not None:
-                    return attempts.won(*handed)
-        finally:
-            attempts.close()
-
-    async def _aunclaim_quietly(self, token: str) -> None:
-        try:
-            await self._ado_unclaim(token)
-        except Exception as exc:  # the claim expires by itself
-            acquire_logger.info("Could not drop the claim on %r: %s", self.name, exc)
+        return await drivers.arun(protocol.acquire(self, blocking, timeout, loop=loop), self)
 
     async def arelease(self) -> None:
         """Async twin of :meth:`release`. Cancelling it still releases the lock."""
@@ -526,12 +395,6 @@ class BaseLock:
     async def aextend(self, ttl: float | None = None) -> None:
         """Async twin of :meth:`extend`."""
         await drivers.arun(protocol.extend(self, ttl), self)
-
-    async def _acleanup_quietly(self, token: str) -> None:
-        try:
-            await self._ado_cleanup(token)
-        except Exception as exc:
-            self._warn_cleanup_failed(exc)
 
     async def __aenter__(self) -> BaseLock:
         if not await self.aacquire():

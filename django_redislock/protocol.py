@@ -22,6 +22,7 @@ from .clock import now as clock
 from .keys import ttl_milliseconds
 from .kinds.mutex import Granted
 from .transports.base import UNREACHABLE
+from .transports.replicated import NotReplicated
 
 if TYPE_CHECKING:
     from .base import BaseLock
@@ -76,6 +77,9 @@ def acquire(
                 if attempts.waited_ms:
                     yield Send("_do_unclaim", (token,))
                 raise
+            except NotReplicated as short:  # granted, but too few replicas saw it: undone
+                yield from _cleanup_quietly(lock, token)
+                raise lock._replicas_missing(short) from None
             except UNREACHABLE as exc:
                 yield from _cleanup_quietly(lock, token)
                 if attempts.waited_ms:
@@ -110,7 +114,12 @@ def _cleanup_quietly(lock: BaseLock, token: str) -> Generator[Step, Any, None]:
     try:
         yield Send("_do_cleanup", (token,))
     except Exception as exc:
-        lock._warn_cleanup_failed(exc)
+        acquire_logger.warning(
+            "Could not clean up after a failed acquire of %r (it expires in %.3fs): %s",
+            lock.name,
+            lock.ttl,
+            exc,
+        )
 
 
 def _unclaim_quietly(lock: BaseLock, token: str) -> Generator[Step, Any, None]:
@@ -139,6 +148,8 @@ def extend(lock: BaseLock, ttl: float | None) -> Generator[Step, Any, None]:
     started = clock()
     try:
         extended = yield Send("_do_extend", (token, ttl_ms))
+    except NotReplicated as short:  # extended on the primary only: the validity stays
+        raise lock._not_replicated(short) from None
     except RedisError as exc:
         raise lock._backend_error(exc) from exc
     if not extended:
@@ -155,6 +166,8 @@ def adopt(lock: BaseLock, token: str, *, in_loop: bool) -> Generator[Step, Any, 
     try:
         extended = yield Send("_do_extend", (token, lock._ttl_ms))
         fence = (yield Send("_do_holder_fence", (token,))) if extended else None
+    except NotReplicated as short:
+        raise lock._not_replicated(short) from None
     except RedisError as exc:
         raise lock._backend_error(exc) from exc
     if fence is None:
