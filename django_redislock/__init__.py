@@ -32,6 +32,7 @@ _LAZY = {
     "LockedCommand": ".locked_command",
     "held_locks": ".inspection",
     "lock_info": ".inspection",
+    "alock_info": ".inspection",
     "force_release": ".inspection",
     "LockInfo": ".inspection",
 }
@@ -54,6 +55,7 @@ __all__ = [
     "RedisLockError",
     "Redlock",
     "StaleFence",
+    "alock_info",
     "force_release",
     "held_locks",
     "lock_command",

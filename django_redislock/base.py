@@ -30,7 +30,6 @@ from .exceptions import (
 )
 from .keys import LockKeys, ttl_milliseconds, validate_name, validate_prefix, validate_seconds
 from .kinds.mutex import Attempt, HolderState, Mutex
-from .transactions import defer_release_to_commit
 from .transports.base import UNREACHABLE, Transport, is_unreachable
 from .transports.replicated import NotReplicated
 
@@ -276,11 +275,11 @@ class BaseLock:
         ``None`` waits forever. Raises :class:`LockBackendUnavailable` when Redis
         cannot be reached.
         """
-        return drivers.run(protocol.acquire(self, blocking, timeout), self)
+        return drivers.run(protocol.acquire(self, blocking, timeout))
 
     def release(self) -> None:
         """Release the lock; :class:`LockNotOwned` if this object no longer holds it."""
-        drivers.run(protocol.release(self), self)
+        drivers.run(protocol.release(self))
 
     def _after_release(self, released: bool) -> None:
         if not released:
@@ -290,7 +289,7 @@ class BaseLock:
 
     def extend(self, ttl: float | None = None) -> None:
         """Reset the remaining TTL to ``ttl`` seconds (default: the lock's ttl)."""
-        drivers.run(protocol.extend(self, ttl), self)
+        drivers.run(protocol.extend(self, ttl))
 
     def adopt(self, token: str) -> bool:
         """Take over the lock held under ``token``: a lock another process handed over.
@@ -302,11 +301,11 @@ class BaseLock:
         (expired, released, or taken over since). The handing side must stop using the
         token. The holder details shown by the admin stay those of the first holder.
         """
-        return drivers.run(protocol.adopt(self, token, in_loop=False), self)
+        return drivers.run(protocol.adopt(self, token, in_loop=False))
 
     async def aadopt(self, token: str) -> bool:
         """Async twin of :meth:`adopt` (the watchdog, if on, renews on this event loop)."""
-        return await drivers.arun(protocol.adopt(self, token, in_loop=True), self)
+        return await drivers.arun(protocol.adopt(self, token, in_loop=True))
 
     def check(self) -> None:
         """Raise :class:`LockLost` if this lock was lost, :class:`LockNotOwned` if never held.
@@ -328,23 +327,7 @@ class BaseLock:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        lost = self.lost
-        if (
-            not lost
-            and self.token is not None
-            and defer_release_to_commit(self._release_after_transaction)
-        ):
-            return  # released when the open transaction commits or rolls back
-        try:
-            if self.token is not None:
-                self.release()
-        except LockNotOwned:
-            lost = True
-        except RedisLockError:
-            if exc_type is None:
-                raise
-            release_logger.exception("Releasing %r failed while an error propagated", self.name)
-        self._raise_if_lost(lost, exc_type)
+        drivers.run(protocol.exit_with(self, exc_type, defer_to_commit=True))
 
     def _release_after_transaction(self) -> None:
         """Run by :func:`defer_release_to_commit` once the transaction ended."""
@@ -356,20 +339,6 @@ class BaseLock:
             watchdog.mark_lost(self, "expired or taken over before the transaction ended")
         except RedisLockError:
             release_logger.exception("Releasing %r after the transaction failed", self.name)
-
-    def _raise_if_lost(self, lost: bool, exc_type: type[BaseException] | None) -> None:
-        if not lost:
-            return
-        if exc_type is None:
-            raise LockLost(
-                f"Lock {self.name!r} was lost while held (expired or taken over).",
-                lock_name=self.name,
-            )
-        release_logger.error(
-            "Lock %r was lost while held; not raising LockLost over the propagating %s",
-            self.name,
-            exc_type.__name__,
-        )
 
     def _busy_error(self) -> LockNotAcquired:
         wait = self._default_wait()
@@ -386,15 +355,15 @@ class BaseLock:
     async def aacquire(self, blocking: bool | None = None, timeout: float | None = None) -> bool:
         """Async twin of :meth:`acquire`. Cancelling it leaves no key behind."""
         loop = asyncio.get_running_loop()
-        return await drivers.arun(protocol.acquire(self, blocking, timeout, loop=loop), self)
+        return await drivers.arun(protocol.acquire(self, blocking, timeout, loop=loop))
 
     async def arelease(self) -> None:
         """Async twin of :meth:`release`. Cancelling it still releases the lock."""
-        await drivers.arun(protocol.release(self), self)
+        await drivers.arun(protocol.release(self))
 
     async def aextend(self, ttl: float | None = None) -> None:
         """Async twin of :meth:`extend`."""
-        await drivers.arun(protocol.extend(self, ttl), self)
+        await drivers.arun(protocol.extend(self, ttl))
 
     async def __aenter__(self) -> BaseLock:
         if not await self.aacquire():
@@ -410,17 +379,7 @@ class BaseLock:
         # Unlike __exit__, no deferral to the end of a database transaction: Django's
         # transactions are sync-only (atomic() refuses to run in an event loop), so no
         # transaction of this thread can be open around an ``async with``.
-        lost = self.lost
-        try:
-            if self.token is not None:
-                await self.arelease()
-        except LockNotOwned:
-            lost = True
-        except RedisLockError:
-            if exc_type is None:
-                raise
-            release_logger.exception("Releasing %r failed while an error propagated", self.name)
-        self._raise_if_lost(lost, exc_type)
+        await drivers.arun(protocol.exit_with(self, exc_type, defer_to_commit=False))
 
     def __repr__(self) -> str:
         state = "held" if self.token else "not held"

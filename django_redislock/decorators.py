@@ -21,7 +21,7 @@ from django.utils.module_loading import import_string
 
 from .conf import get_config
 from .exceptions import LockNotAcquired
-from .factory import check_lock_kwargs, holder_info, lock_class, make_lock
+from .factory import aholder_info, check_lock_kwargs, holder_info, lock_class, make_lock
 from .locked_command import run_locked, validate_on_busy
 from .naming import CallNamer
 
@@ -199,13 +199,14 @@ def _busy_handlers(
         return handler(_request_of(args, kwargs), holder_info(lock))
 
     async def abusy(lock: BaseLock, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        view_logger.debug("%s: lock %r busy", purpose, lock.name)
         handler = _resolve_on_busy(on_busy)
-        if handler is None or not iscoroutinefunction(handler):
-            return await sync_to_async(busy)(lock, args, kwargs)
-        if lock.busy_holder is not None:  # from the refusing reply: no round trip
-            info = holder_info(lock)
-        else:
-            info = await sync_to_async(holder_info)(lock)
+        if handler is None:
+            return default_busy_response(lock)
+        info = await aholder_info(lock)
+        if not iscoroutinefunction(handler):
+            # The project's own sync code (it may use the ORM): in a thread, as Django does.
+            handler = sync_to_async(handler)
         return await handler(_request_of(args, kwargs), info)
 
     return busy, abusy

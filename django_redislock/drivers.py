@@ -31,7 +31,7 @@ import time
 from collections.abc import Generator
 from typing import Any, TypeVar
 
-from .protocol import Send, Step, Wait
+from .protocol import Send, Step, Wait, async_name
 
 release_logger = logging.getLogger("django_redislock.release")
 
@@ -44,7 +44,7 @@ Lifecycle = Generator[Step, Any, T]
 _background_tasks: set[asyncio.Task[Any]] = set()
 
 
-def run(call: Lifecycle[T], lock: Any) -> T:
+def run(call: Lifecycle[T]) -> T:
     """Drive ``call`` to its end from a thread: each step done in turn, blocking."""
     try:
         step = next(call)
@@ -53,7 +53,7 @@ def run(call: Lifecycle[T], lock: Any) -> T:
                 if isinstance(step, Wait):
                     reply: Any = _wait(step)
                 else:
-                    reply = getattr(lock, step.hook)(*step.args)
+                    reply = getattr(step.target, step.method)(*step.args)
             except BaseException as exc:  # the generator's clean-up decides
                 step = call.throw(exc)
             else:
@@ -70,7 +70,7 @@ def _wait(step: Wait) -> bool:
     return step.waiter.wait(step.seconds)
 
 
-async def arun(call: Lifecycle[T], lock: Any) -> T:
+async def arun(call: Lifecycle[T]) -> T:
     """Drive ``call`` to its end in the running event loop (see the module's rules)."""
     cancelled = False
     try:
@@ -80,13 +80,13 @@ async def arun(call: Lifecycle[T], lock: Any) -> T:
                 if isinstance(step, Wait):
                     reply: Any = await _await_wait(step)
                 elif cancelled:  # clean-up after a cancel: no reply to act on
-                    await finish_shielded(_acall(lock, step))
+                    await finish_shielded(_acall(step))
                     reply = None
                 elif step.shielded:
-                    reply = await asyncio.shield(in_background(_acall(lock, step)))
+                    reply = await asyncio.shield(in_background(_acall(step)))
                 else:
                     cancels = cancel_count()
-                    reply = await _acall(lock, step)
+                    reply = await _acall(step)
                     if cancel_count() > cancels:
                         raise asyncio.CancelledError  # swallowed by redis-py mid-command
             except asyncio.CancelledError as exc:
@@ -101,9 +101,9 @@ async def arun(call: Lifecycle[T], lock: Any) -> T:
         return result
 
 
-def _acall(lock: Any, step: Send) -> Any:
-    """The coroutine of ``step``'s async hook (``_do_x`` -> ``_ado_x``)."""
-    return getattr(lock, "_a" + step.hook[1:])(*step.args)
+def _acall(step: Send) -> Any:
+    """The coroutine of ``step``'s async method."""
+    return getattr(step.target, async_name(step.method))(*step.args)
 
 
 async def _await_wait(step: Wait) -> bool:

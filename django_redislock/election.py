@@ -14,15 +14,17 @@ import asyncio
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from types import TracebackType
 from typing import Any
 
+from . import drivers, protocol
 from .exceptions import LockNotOwned
 from .holder import hostname
-from .inspection import LockInfo, lock_info
+from .inspection import LockInfo, alock_info, lock_info
 from .keys import validate_name
 from .lock import Lock
+from .protocol import Step
 
 logger = logging.getLogger("django_redislock.election")
 
@@ -135,28 +137,35 @@ class Election:
         if self.is_leader:
             raise RuntimeError(f"Already leading {self.name!r}: resign() first")
 
+    # -- the lifecycle, once (run by drivers.run for sync callers, drivers.arun for async) --
+    def _campaign(self, timeout: float | None, loop: Any) -> Generator[Step, Any, bool]:
+        self._check_idle()
+        yield from self._resign()  # a lost term's lease, if it was never let go
+        lock = self._new_lock(timeout)
+        if not (yield from protocol.acquire(lock, None, None, loop=loop)):
+            return False
+        return self._won(lock)
+
+    def _resign(self) -> Generator[Step, Any, None]:
+        lock = self._ending()
+        if lock is None:
+            return
+        try:
+            yield from protocol.release(lock)
+        except LockNotOwned:
+            self._lost(lock)  # lost between the check and the release
+
     # -- sync ----------------------------------------------------------------------
     def campaign(self, timeout: float | None = None) -> bool:
         """Block until this process leads (True) or ``timeout`` seconds ran out (False).
 
         ``timeout=None`` waits as long as it takes.
         """
-        self._check_idle()
-        self.resign()  # a lost term's lease, if it was never let go
-        lock = self._new_lock(timeout)
-        if not lock.acquire():
-            return False
-        return self._won(lock)
+        return drivers.run(self._campaign(timeout, None))
 
     def resign(self) -> None:
         """Stop leading (release the lease at once); nothing to do when not leading."""
-        lock = self._ending()
-        if lock is None:
-            return
-        try:
-            lock.release()
-        except LockNotOwned:
-            self._lost(lock)  # lost between the check and the release
+        drivers.run(self._resign())
 
     def leader(self) -> LockInfo | None:
         """Who leads now, as Redis says (``purpose`` is the leader's identity), or None."""
@@ -177,26 +186,15 @@ class Election:
     # -- async ---------------------------------------------------------------------
     async def acampaign(self, timeout: float | None = None) -> bool:
         """Async twin of :meth:`campaign` (the lease is renewed on this event loop)."""
-        self._check_idle()
-        await self.aresign()
-        lock = self._new_lock(timeout)
-        if not await lock.aacquire():
-            return False
-        return self._won(lock)
+        return await drivers.arun(self._campaign(timeout, asyncio.get_running_loop()))
 
     async def aresign(self) -> None:
         """Async twin of :meth:`resign`."""
-        lock = self._ending()
-        if lock is None:
-            return
-        try:
-            await lock.arelease()
-        except LockNotOwned:
-            self._lost(lock)
+        await drivers.arun(self._resign())
 
     async def aleader(self) -> LockInfo | None:
-        """Async twin of :meth:`leader` (run in a thread: one pipelined read)."""
-        return await asyncio.to_thread(self.leader)
+        """Async twin of :meth:`leader`."""
+        return await alock_info(self.name, connection=self.connection)
 
     async def __aenter__(self) -> Election:
         await self.acampaign()

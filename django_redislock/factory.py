@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import inspect
 import logging
+from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
-from . import registry
+from . import drivers, registry
 from .exceptions import RedisLockError
 
 if TYPE_CHECKING:
     from .inspection import LockInfo
     from .lock import BaseLock
+    from .protocol import Step
 
 view_logger = logging.getLogger("django_redislock.views")
 
@@ -62,7 +64,16 @@ def make_lock(name: str, **lock_kwargs: Any) -> BaseLock:
 def holder_info(lock: BaseLock) -> LockInfo | None:
     """Who holds ``lock``: the holder that refused its last acquire (from the refusing
     reply, no round trip), else read now (``None`` if nobody, or if Redis cannot tell us)."""
-    from .inspection import info_from_state, lock_info
+    return drivers.run(_holder_info(lock))
+
+
+async def aholder_info(lock: BaseLock) -> LockInfo | None:
+    """Async twin of :func:`holder_info`."""
+    return await drivers.arun(_holder_info(lock))
+
+
+def _holder_info(lock: BaseLock) -> Generator[Step, Any, LockInfo | None]:
+    from .inspection import info_from_state, read_info
 
     alias = getattr(lock, "connection", None)
     if alias is None:
@@ -70,10 +81,17 @@ def holder_info(lock: BaseLock) -> LockInfo | None:
     if lock.busy_holder is not None:
         return info_from_state(lock.name, lock.key, lock.busy_holder, alias or "")
     try:
-        return lock_info(lock.name, connection=alias)
+        return (yield from read_info(lock.name, alias))
     except RedisLockError as exc:
         view_logger.warning("Could not read the holder of lock %r: %s", lock.name, exc)
         return None
 
 
-__all__ = ["BACKENDS", "check_lock_kwargs", "holder_info", "lock_class", "make_lock"]
+__all__ = [
+    "BACKENDS",
+    "aholder_info",
+    "check_lock_kwargs",
+    "holder_info",
+    "lock_class",
+    "make_lock",
+]

@@ -5,13 +5,13 @@ from __future__ import annotations
 import datetime as dt
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from redis.exceptions import RedisError
 
-from . import registry, signals
+from . import drivers, registry, signals
 from .conf import get_config
 from .connection import lock_client
 from .exceptions import LockBackendUnavailable, RedisLockError
@@ -19,8 +19,9 @@ from .holder import parse_holder
 from .keys import LockKeys, name_from_key, validate_prefix
 from .kinds import HolderState
 from .kinds.operation import text
-from .lock import is_unreachable
+from .protocol import Send, Step
 from .transports import wire
+from .transports.base import is_unreachable
 from .transports.single import SingleNode
 
 
@@ -106,11 +107,21 @@ def _unavailable(alias: str, name: str | None, exc: BaseException) -> RedisLockE
 
 def lock_info(name: str, *, connection: str | None = None) -> LockInfo | None:
     """What Redis says about lock ``name`` right now, or ``None`` if nobody holds it."""
+    return drivers.run(read_info(name, connection))
+
+
+async def alock_info(name: str, *, connection: str | None = None) -> LockInfo | None:
+    """Async twin of :func:`lock_info`."""
+    return await drivers.arun(read_info(name, connection))
+
+
+def read_info(name: str, connection: str | None) -> Generator[Step, Any, LockInfo | None]:
+    """:func:`lock_info` as steps (one script call), for either driver."""
     kind = registry.kind()
     keys = kind.keys(name)
     alias = _alias(connection)
     try:
-        state = SingleNode(alias).call(kind.operations(keys).read_holder())
+        state = yield Send(SingleNode(alias), "call", (kind.operations(keys).read_holder(),))
     except RedisError as exc:
         raise _unavailable(alias, name, exc) from exc
     if state is None:

@@ -19,8 +19,10 @@ from redis.exceptions import RedisError
 
 from .attempts import Attempts
 from .clock import now as clock
+from .exceptions import LockLost, LockNotOwned, RedisLockError
 from .keys import ttl_milliseconds
 from .kinds.mutex import Granted
+from .transactions import defer_release_to_commit
 from .transports.base import UNREACHABLE
 from .transports.replicated import NotReplicated
 
@@ -29,15 +31,30 @@ if TYPE_CHECKING:
     from .waiting import Waiter
 
 acquire_logger = logging.getLogger("django_redislock.acquire")
+release_logger = logging.getLogger("django_redislock.release")
 
 
 class Send(NamedTuple):
-    """Run the lock's hook ``hook`` (a sync name; the async driver uses its ``_a`` twin)."""
+    """Call ``target.method(*args)``: a lock's operation hook (``_do_release``) or a
+    transport's ``call``. The async driver awaits the async twin (``_ado_release``,
+    ``acall``: see :func:`async_name`)."""
 
-    hook: str
+    target: Any
+    method: str
     args: tuple[Any, ...]
     #: Async: runs to its end even if the caller is cancelled (a release).
     shielded: bool = False
+
+
+def async_name(method: str) -> str:
+    """The async twin of a sync method's name: ``_do_x`` -> ``_ado_x``, ``call`` -> ``acall``."""
+    name = _ASYNC_NAMES.get(method)
+    if name is None:
+        name = _ASYNC_NAMES[method] = "_a" + method[1:] if method[0] == "_" else "a" + method
+    return name
+
+
+_ASYNC_NAMES: dict[str, str] = {}
 
 
 class Wait(NamedTuple):
@@ -69,13 +86,13 @@ def acquire(
             attempts.before_attempt()
             started = clock()
             try:
-                attempt = yield Send("_do_acquire", (token, attempts.waited_ms))
+                attempt = yield Send(lock, "_do_acquire", (token, attempts.waited_ms))
             except asyncio.CancelledError:
                 # The SET (or our claim on the next turn) may have landed: delete what
                 # holds our token before the cancel completes.
-                yield Send("_do_cleanup", (token,))
+                yield Send(lock, "_do_cleanup", (token,))
                 if attempts.waited_ms:
-                    yield Send("_do_unclaim", (token,))
+                    yield Send(lock, "_do_unclaim", (token,))
                 raise
             except NotReplicated as short:  # granted, but too few replicas saw it: undone
                 yield from _cleanup_quietly(lock, token)
@@ -100,7 +117,7 @@ def acquire(
                 if attempts.waited_ms:
                     # Before the cancel completes: a release must not hand the lock to a
                     # waiter that is gone.
-                    yield Send("_do_unclaim", (token,))
+                    yield Send(lock, "_do_unclaim", (token,))
                 raise
             handed = attempts.live_hand_off()
             if handed is not None:
@@ -112,7 +129,7 @@ def acquire(
 def _cleanup_quietly(lock: BaseLock, token: str) -> Generator[Step, Any, None]:
     """Undo an attempt whose outcome is unknown; a failure is logged (the key expires)."""
     try:
-        yield Send("_do_cleanup", (token,))
+        yield Send(lock, "_do_cleanup", (token,))
     except Exception as exc:
         acquire_logger.warning(
             "Could not clean up after a failed acquire of %r (it expires in %.3fs): %s",
@@ -125,7 +142,7 @@ def _cleanup_quietly(lock: BaseLock, token: str) -> Generator[Step, Any, None]:
 def _unclaim_quietly(lock: BaseLock, token: str) -> Generator[Step, Any, None]:
     """Drop this waiter's claim on the next turn; a failure is logged (the claim expires)."""
     try:
-        yield Send("_do_unclaim", (token,))
+        yield Send(lock, "_do_unclaim", (token,))
     except Exception as exc:
         acquire_logger.info("Could not drop the claim on %r: %s", lock.name, exc)
 
@@ -135,7 +152,7 @@ def release(lock: BaseLock) -> Generator[Step, Any, None]:
     token = lock._owned_token("release")
     lock._forget()
     try:
-        released = yield Send("_do_release", (token,), shielded=True)
+        released = yield Send(lock, "_do_release", (token,), shielded=True)
     except RedisError as exc:
         raise lock._backend_error(exc) from exc
     lock._after_release(released)
@@ -147,7 +164,7 @@ def extend(lock: BaseLock, ttl: float | None) -> Generator[Step, Any, None]:
     token = lock._owned_token("extend")
     started = clock()
     try:
-        extended = yield Send("_do_extend", (token, ttl_ms))
+        extended = yield Send(lock, "_do_extend", (token, ttl_ms))
     except NotReplicated as short:  # extended on the primary only: the validity stays
         raise lock._not_replicated(short) from None
     except RedisError as exc:
@@ -164,8 +181,8 @@ def adopt(lock: BaseLock, token: str, *, in_loop: bool) -> Generator[Step, Any, 
     lock._check_not_held()
     started = clock()
     try:
-        extended = yield Send("_do_extend", (token, lock._ttl_ms))
-        fence = (yield Send("_do_holder_fence", (token,))) if extended else None
+        extended = yield Send(lock, "_do_extend", (token, lock._ttl_ms))
+        fence = (yield Send(lock, "_do_holder_fence", (token,))) if extended else None
     except NotReplicated as short:
         raise lock._not_replicated(short) from None
     except RedisError as exc:
@@ -176,4 +193,41 @@ def adopt(lock: BaseLock, token: str, *, in_loop: bool) -> Generator[Step, Any, 
     return True
 
 
-__all__ = ["Send", "Step", "Wait", "acquire", "adopt", "extend", "release"]
+def exit_with(
+    lock: BaseLock, exc_type: type[BaseException] | None, *, defer_to_commit: bool
+) -> Generator[Step, Any, None]:
+    """The end of ``with`` / ``async with``: release (after the open database transaction,
+    with ``defer_to_commit``); ``LockLost`` if the lock was lost while held, unless an
+    error is already propagating (then it is logged, as is a failed release)."""
+    lost = lock.lost
+    if (
+        defer_to_commit
+        and not lost
+        and lock.token is not None
+        and defer_release_to_commit(lock._release_after_transaction)
+    ):
+        return  # released when the open transaction commits or rolls back
+    try:
+        if lock.token is not None:
+            yield from release(lock)
+    except LockNotOwned:
+        lost = True
+    except RedisLockError:
+        if exc_type is None:
+            raise
+        release_logger.exception("Releasing %r failed while an error propagated", lock.name)
+    if not lost:
+        return
+    if exc_type is None:
+        raise LockLost(
+            f"Lock {lock.name!r} was lost while held (expired or taken over).",
+            lock_name=lock.name,
+        )
+    release_logger.error(
+        "Lock %r was lost while held; not raising LockLost over the propagating %s",
+        lock.name,
+        exc_type.__name__,
+    )
+
+
+__all__ = ["Send", "Step", "Wait", "acquire", "adopt", "exit_with", "extend", "release"]

@@ -13,6 +13,7 @@ from django_redislock import (
     Lock,
     LockBackendUnavailable,
     LockInfo,
+    alock_info,
     force_release,
     held_locks,
     inspection,
@@ -315,3 +316,31 @@ def test_the_old_module_name_still_imports_with_a_deprecation_warning(monkeypatc
         old = importlib.import_module("django_redislock.inspect")
     assert old is inspection
     assert old.held_locks is inspection.held_locks
+
+
+def test_alock_info_reads_what_lock_info_reads(lock_backend) -> None:
+    import asyncio
+    import dataclasses
+
+    assert asyncio.run(alock_info("reader")) is None
+    lock = Lock("reader", ttl=10, purpose="nightly report")
+    assert lock.acquire(timeout=0)
+    info = asyncio.run(alock_info("reader"))
+    assert info is not None and info.purpose == "nightly report" and info.fence == lock.fence
+    sync = lock_info("reader")
+    assert sync is not None and dataclasses.replace(sync, ttl=info.ttl) == info
+    lock.release()
+
+
+def test_alock_info_names_an_unreachable_server(settings) -> None:
+    import asyncio
+
+    settings.CACHES = {
+        **settings.CACHES,
+        "gone": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": "redis://127.0.0.1:1/0",
+        },
+    }
+    with pytest.raises(LockBackendUnavailable, match="'gone'"):
+        asyncio.run(alock_info("reader", connection="gone"))
