@@ -2,8 +2,8 @@
 async ones.
 
 A lifecycle call (:mod:`django_redislock.protocol`) is a generator that yields what it
-needs done, a :class:`~.protocol.Send` (one of the lock's operations, by the lock's hooks)
-or a :class:`~.protocol.Wait` (sleep until woken or a deadline), and receives the reply;
+needs done, a :class:`~.steps.Send` (one of the lock's operations, by the lock's hooks)
+or a :class:`~.steps.Wait` (sleep until woken or a deadline), and receives the reply;
 an error the step raised is thrown into it instead, so its own clean-up runs. The drivers
 only do the steps: the lifecycle is written once, and both kinds of caller walk the same
 steps.
@@ -31,7 +31,7 @@ import time
 from collections.abc import Generator
 from typing import Any, TypeVar
 
-from .protocol import Send, Step, Wait, async_name
+from .steps import Send, Step, Wait, async_name
 
 release_logger = logging.getLogger("django_redislock.release")
 

@@ -24,7 +24,7 @@ from .holder import hostname
 from .inspection import LockInfo, alock_info, lock_info
 from .keys import validate_name
 from .lock import Lock
-from .protocol import Step
+from .steps import Step
 
 logger = logging.getLogger("django_redislock.election")
 

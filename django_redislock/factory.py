@@ -18,7 +18,7 @@ from .exceptions import RedisLockError
 if TYPE_CHECKING:
     from .inspection import LockInfo
     from .lock import BaseLock
-    from .protocol import Step
+    from .steps import Step
 
 view_logger = logging.getLogger("django_redislock.views")
 

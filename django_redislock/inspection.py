@@ -19,7 +19,7 @@ from .holder import parse_holder
 from .keys import LockKeys, name_from_key, validate_prefix
 from .kinds import HolderState
 from .kinds.operation import text
-from .protocol import Send, Step
+from .steps import Send, Step
 from .transports import wire
 from .transports.base import is_unreachable
 from .transports.single import SingleNode

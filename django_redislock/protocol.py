@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Generator
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
@@ -22,49 +22,16 @@ from .clock import now as clock
 from .exceptions import LockLost, LockNotOwned, RedisLockError
 from .keys import ttl_milliseconds
 from .kinds.mutex import Granted
+from .steps import Send, Step, Wait
 from .transactions import defer_release_to_commit
 from .transports.base import UNREACHABLE
 from .transports.replicated import NotReplicated
 
 if TYPE_CHECKING:
     from .base import BaseLock
-    from .waiting import Waiter
 
 acquire_logger = logging.getLogger("django_redislock.acquire")
 release_logger = logging.getLogger("django_redislock.release")
-
-
-class Send(NamedTuple):
-    """Call ``target.method(*args)``: a lock's operation hook (``_do_release``) or a
-    transport's ``call``. The async driver awaits the async twin (``_ado_release``,
-    ``acall``: see :func:`async_name`)."""
-
-    target: Any
-    method: str
-    args: tuple[Any, ...]
-    #: Async: runs to its end even if the caller is cancelled (a release).
-    shielded: bool = False
-
-
-def async_name(method: str) -> str:
-    """The async twin of a sync method's name: ``_do_x`` -> ``_ado_x``, ``call`` -> ``acall``."""
-    name = _ASYNC_NAMES.get(method)
-    if name is None:
-        name = _ASYNC_NAMES[method] = "_a" + method[1:] if method[0] == "_" else "a" + method
-    return name
-
-
-_ASYNC_NAMES: dict[str, str] = {}
-
-
-class Wait(NamedTuple):
-    """Sleep up to ``seconds``, or until ``waiter`` (when there is one) is woken."""
-
-    seconds: float
-    waiter: Waiter | None
-
-
-Step = Send | Wait
 
 
 def acquire(

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from django_redislock import Lock, force_release, held_locks, lock_info
+from django_redislock import Lock, drivers, force_release, held_locks, lock_info
 from django_redislock.connection import lock_client, pubsub_client, scan_clients
 from django_redislock.transports.replicated import call_and_wait
 from tests.support.cluster import Cluster, cli_spec, cluster_increment_worker
@@ -174,7 +174,7 @@ def test_moved_during_resharding(on_cluster: Cluster) -> None:
     on_cluster.migrate_slot(on_cluster.keyslot("redislock:{resharded}"), target)
     third = Lock("resharded")
     op = third.ops.acquire("tok")
-    (ok, fence), acked = call_and_wait(lock_client(ALIAS), op, 0, 100)
+    (ok, fence), acked = drivers.run(call_and_wait(ALIAS, lock_client(ALIAS), op, 0, 100))
     assert (ok, fence, acked) == (1, 3, 0)
 
 

@@ -11,19 +11,20 @@ parsed reply and the count (see :mod:`django_redislock.replication`).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from typing import Any
 
 from redis.exceptions import AskError, ClusterDownError, MovedError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from .. import drivers
 from ..connection import async_lock_client, async_node_client, is_cluster, lock_client
 from ..kinds.operation import Operation
 from ..replication import ReplicationError, wait_timeout_ms
+from ..steps import Send, Step, Wait
 from . import wire
 from .base import acall_each, call_each
 from .single import SingleNode
@@ -68,16 +69,17 @@ class Replicated(SingleNode):
     def call(self, op: Operation) -> Any:
         if not op.durable:
             return super().call(op)
-        ms = self.wait_ms()
-        reply, acked = call_and_wait(lock_client(self.alias), op, self.replicas, ms)
-        return self._checked(op.parse(reply), acked, ms)
+        return drivers.run(self._durable(op))
 
     async def acall(self, op: Operation) -> Any:
         if not op.durable:
             return await super().acall(op)
+        return await drivers.arun(self._durable(op))
+
+    def _durable(self, op: Operation) -> Generator[Step, Any, Any]:
         ms = self.wait_ms()
-        client = await async_lock_client(self.alias)
-        reply, acked = await acall_and_wait(self.alias, client, op, self.replicas, ms)
+        client = yield Send(_Node, "client", (self.alias,))
+        reply, acked = yield from call_and_wait(self.alias, client, op, self.replicas, ms)
         return self._checked(op.parse(reply), acked, ms)
 
     def call_many(self, ops: Sequence[Operation]) -> list[Any]:
@@ -98,58 +100,62 @@ class Replicated(SingleNode):
         return f"<Replicated {self.alias!r} replicas={self.replicas}>"
 
 
-def call_and_wait(client: Any, call: wire.ScriptCall, replicas: int, ms: int) -> tuple[Any, int]:
+def call_and_wait(
+    alias: str, client: Any, call: wire.ScriptCall, replicas: int, ms: int
+) -> Generator[Step, Any, tuple[Any, int]]:
     """Run ``call`` then ``WAIT replicas ms`` on one connection: (raw reply, acks)."""
     wait = wire.Wait(replicas, ms)
     if not is_cluster(client):
-        return _outcome(wire.run_batch(client, [call], wait))
+        return _outcome((yield Send(_Node, "batch", (client, [call], wait))))
     deadline = time.monotonic() + REDIRECT_DEADLINE
     while True:
-        node = client.get_node_from_key(call.keys[0])
+        node_client = yield Send(_Node, "pinned", (alias, client, call.keys[0]))
         try:
-            return _outcome(wire.run_batch(client.get_redis_connection(node), [call], wait))
+            return _outcome((yield Send(_Node, "batch", (node_client, [call], wait))))
         except _REDIRECTS:
             if time.monotonic() >= deadline:
                 raise
-            _refresh(client)
-            time.sleep(0.02)
+            yield Send(_Node, "refresh", (client,))
+            yield Wait(0.02, None)
         except (RedisConnectionError, RedisTimeoutError):
-            _refresh(client)  # a failover: the next call finds the new primary
+            yield Send(_Node, "refresh", (client,))  # a failover: the next call finds it
             raise
 
 
-async def acall_and_wait(
-    alias: str, client: Any, call: wire.ScriptCall, replicas: int, ms: int
-) -> tuple[Any, int]:
-    """Async :func:`call_and_wait` (``alias`` finds per-node clients)."""
-    wait = wire.Wait(replicas, ms)
-    if not is_cluster(client):
-        return _outcome(await wire.arun_batch(client, [call], wait))
-    deadline = time.monotonic() + REDIRECT_DEADLINE
-    while True:
-        node = client.get_node_from_key(call.keys[0])
-        node_client = await async_node_client(alias, node.host, node.port)
-        try:
-            return _outcome(await wire.arun_batch(node_client, [call], wait))
-        except _REDIRECTS:
-            if time.monotonic() >= deadline:
-                raise
-            await _arefresh(client)
-            await asyncio.sleep(0.02)
-        except (RedisConnectionError, RedisTimeoutError):
-            await _arefresh(client)
-            raise
+class _Node:
+    """The calls of :func:`call_and_wait`, each with its async twin (the drivers pick)."""
 
+    @staticmethod
+    def client(alias: str) -> Any:
+        return lock_client(alias)
 
-def _refresh(cluster: Any) -> None:
-    # Best effort: the next call retries; the caller reports the original error.
-    with contextlib.suppress(Exception):
-        cluster.nodes_manager.initialize()
+    @staticmethod
+    async def aclient(alias: str) -> Any:
+        return await async_lock_client(alias)
 
+    @staticmethod
+    def pinned(alias: str, cluster: Any, key: str) -> Any:
+        """A client of the node serving ``key``'s slot (``WAIT`` needs one connection)."""
+        return cluster.get_redis_connection(cluster.get_node_from_key(key))
 
-async def _arefresh(cluster: Any) -> None:
-    with contextlib.suppress(Exception):
-        await cluster.nodes_manager.initialize()
+    @staticmethod
+    async def apinned(alias: str, cluster: Any, key: str) -> Any:
+        node = cluster.get_node_from_key(key)
+        return await async_node_client(alias, node.host, node.port)
+
+    batch = staticmethod(wire.run_batch)
+    abatch = staticmethod(wire.arun_batch)
+
+    @staticmethod
+    def refresh(cluster: Any) -> None:
+        # Best effort: the next call retries; the caller reports the original error.
+        with contextlib.suppress(Exception):
+            cluster.nodes_manager.initialize()
+
+    @staticmethod
+    async def arefresh(cluster: Any) -> None:
+        with contextlib.suppress(Exception):
+            await cluster.nodes_manager.initialize()
 
 
 def _outcome(replies: list[Any]) -> tuple[Any, int]:
@@ -161,4 +167,4 @@ def _outcome(replies: list[Any]) -> tuple[Any, int]:
     return result, int(acked)
 
 
-__all__ = ["NotReplicated", "Replicated", "acall_and_wait", "call_and_wait"]
+__all__ = ["NotReplicated", "Replicated", "call_and_wait"]
