@@ -32,6 +32,7 @@ from collections.abc import Generator
 from typing import Any, TypeVar
 
 from .steps import Send, Step, Wait, async_name
+from .waiting import LoopWake, ThreadWake
 
 release_logger = logging.getLogger("django_redislock.release")
 
@@ -67,7 +68,9 @@ def _wait(step: Wait) -> bool:
     if step.waiter is None:
         time.sleep(step.seconds)
         return False
-    return step.waiter.wait(step.seconds)
+    wakeup = step.waiter.wakeup
+    assert isinstance(wakeup, ThreadWake), "a waiter registered without a loop"
+    return wakeup.wait(step.seconds)
 
 
 async def arun(call: Lifecycle[T]) -> T:
@@ -110,7 +113,9 @@ async def _await_wait(step: Wait) -> bool:
     if step.waiter is None:
         await asyncio.sleep(step.seconds)
         return False
-    return await step.waiter.await_wake(step.seconds)
+    wakeup = step.waiter.wakeup
+    assert isinstance(wakeup, LoopWake), "a waiter registered with this loop"
+    return await wakeup.wait(step.seconds)
 
 
 def cancel_count() -> int:

@@ -60,20 +60,83 @@ def backoff_delays(base: float = 0.002, cap: float = 0.064) -> Iterator[float]:
         attempt = min(attempt + 1, 16)
 
 
-class Waiter:
-    """One blocked acquirer, woken by a release on its lock's channel."""
+class ThreadWake:
+    """The wake-up of a waiter blocked in a thread: a :class:`threading.Event`."""
 
-    __slots__ = (
-        "_event",
-        "_future",
-        "_listener",
-        "_loop",
-        "_woken",
-        "acquired",
-        "channel",
-        "granted",
-        "token",
-    )
+    __slots__ = ("_event",)
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def set(self) -> None:
+        """Wake it (from any thread)."""
+        self._event.set()
+
+    def clear(self) -> None:
+        self._event.clear()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, seconds: float) -> bool:
+        """Block up to ``seconds``; True when woken."""
+        return self._event.wait(max(seconds, 0.0))
+
+
+class LoopWake:
+    """The wake-up of a waiter that is a task of ``loop``: a flag and a future, touched
+    only in the loop's thread (:meth:`set` hands over to it)."""
+
+    __slots__ = ("_future", "_loop", "_woken")
+
+    def __init__(self, loop: Any) -> None:
+        self._loop = loop
+        self._woken = False
+        self._future: asyncio.Future[bool] | None = None
+
+    def set(self) -> None:
+        """Wake it (from any thread). A closed loop (RuntimeError) has nobody waiting."""
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._set_in_loop)
+
+    def _set_in_loop(self) -> None:
+        self._woken = True
+        if self._future is not None and not self._future.done():
+            self._future.set_result(True)
+
+    def clear(self) -> None:
+        self._woken = False
+
+    def is_set(self) -> bool:
+        return self._woken
+
+    async def wait(self, seconds: float) -> bool:
+        """Await up to ``seconds``; True when woken.
+
+        A plain future with a timer rather than ``asyncio.wait_for``, which on
+        Python 3.11 can swallow a cancel that races with the wake-up.
+        """
+        if self._woken:
+            return True
+        future: asyncio.Future[bool] = self._loop.create_future()
+        self._future = future
+        timer = self._loop.call_later(max(seconds, 0.0), _resolve, future, False)
+        try:
+            return await future
+        finally:
+            timer.cancel()
+            self._future = None
+
+
+class Waiter:
+    """One blocked acquirer, woken by a release on its lock's channel.
+
+    What to wake and when is decided here, once; how a thread or a task sleeps
+    until woken is its ``wake`` (:class:`ThreadWake` or :class:`LoopWake`), which
+    the drivers wait on (:class:`~django_redislock.steps.Wait`).
+    """
+
+    __slots__ = ("_listener", "acquired", "channel", "granted", "token", "wakeup")
 
     def __init__(
         self, listener: _AliasListener, channel: bytes, loop: Any = None, token: str = ""
@@ -84,11 +147,8 @@ class Waiter:
         self.token = token.encode()
         #: The message of a release that handed the lock straight to this waiter.
         self.granted: Wakeup | None = None
-        self._loop = loop
-        self._event = threading.Event() if loop is None else None
-        # Async waiters: a flag and a future, touched only in the loop's thread.
-        self._woken = False
-        self._future: asyncio.Future[bool] | None = None
+        #: How this waiter sleeps until woken: in a thread, or as a task of ``loop``.
+        self.wakeup: ThreadWake | LoopWake = ThreadWake() if loop is None else LoopWake(loop)
         #: Set by the acquirer when it got the lock (a wake it did not use is passed on).
         self.acquired = False
 
@@ -99,51 +159,15 @@ class Waiter:
 
     def wake(self) -> None:
         """Wake the waiter (from any thread)."""
-        if self._event is not None:
-            self._event.set()
-        else:
-            # A closed loop (RuntimeError) has nobody waiting any more.
-            with contextlib.suppress(RuntimeError):
-                self._loop.call_soon_threadsafe(self._wake_in_loop)
-
-    def _wake_in_loop(self) -> None:
-        self._woken = True
-        if self._future is not None and not self._future.done():
-            self._future.set_result(True)
+        self.wakeup.set()
 
     def clear(self) -> None:
-        if self._event is not None:
-            self._event.clear()
-        else:
-            self._woken = False
-
-    def wait(self, seconds: float) -> bool:
-        """Block up to ``seconds``; True when woken."""
-        assert self._event is not None, "a sync waiter"
-        return self._event.wait(max(seconds, 0.0))
-
-    async def await_wake(self, seconds: float) -> bool:
-        """Async twin of :meth:`wait`.
-
-        Awaits a plain future with a timer rather than ``asyncio.wait_for``,
-        which on Python 3.11 can swallow a cancel that races with the wake-up.
-        """
-        if self._woken:
-            return True
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[bool] = loop.create_future()
-        self._future = future
-        timer = loop.call_later(max(seconds, 0.0), _resolve, future, False)
-        try:
-            return await future
-        finally:
-            timer.cancel()
-            self._future = None
+        self.wakeup.clear()
 
     @property
     def woken(self) -> bool:
         """A wake-up arrived that no attempt has used yet."""
-        return self._event.is_set() if self._event is not None else self._woken
+        return self.wakeup.is_set()
 
     def close(self) -> None:
         # A release woke us but we leave without the lock: wake the next one.

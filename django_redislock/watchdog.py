@@ -24,8 +24,8 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import Callable, Hashable
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable, Generator, Hashable
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from . import clock, signals
 
@@ -212,36 +212,60 @@ class _ThreadWatchdog:
             self.schedule.discard(lock)
 
     def _run(self) -> None:
-        idle_since: float | None = None
+        # The schedule is only touched under the condition; renewals run outside it. An
+        # idle wait starts in the same hold as the decision, so no watch() is missed.
+        cycle = _renewals(self.schedule)
+        outcomes: list[Any] | None = None
         while True:
             with self.cond:
-                now = clock.now()
-                due, orphans = self.schedule.take_due(now)
-                if not due and not orphans:
-                    next_due = self.schedule.next_due()
-                    if next_due is None:
-                        idle_since = idle_since or now
-                        if now - idle_since >= IDLE_EXIT_SECONDS:
-                            self.thread = None
-                            return
-                        self.cond.wait(IDLE_EXIT_SECONDS)
-                    else:
-                        idle_since = None
-                        self.cond.wait(max(0.0, next_due - now))
-                    continue
-                idle_since = None
-                due = [(e, lk) for e, lk in due if not self.schedule.past_max_hold(e, lk, now)]
-            for entry in orphans:
-                _release_orphan(entry)
-            if due:
-                self._renew(due)
+                try:
+                    step = cycle.send(outcomes)
+                    while isinstance(step, Idle):
+                        self.cond.wait(step.seconds)
+                        step = cycle.send(None)
+                except StopIteration:
+                    self.thread = None
+                    return
+            outcomes = _renew_batch(step)
 
-    def _renew(self, due: list[tuple[_Entry, Renewable]]) -> None:
-        started = clock.now()
-        outcomes = _renew_batch(due)
-        with self.cond:
-            for (entry, lock), outcome in zip(due, outcomes, strict=True):
-                self.schedule.settle(entry, lock, outcome, started)
+
+class Renew(NamedTuple):
+    """Release the collected locks' keys, renew the due locks; the outcomes come back."""
+
+    due: list[tuple[_Entry, Renewable]]
+    orphans: list[_Entry]
+
+
+class Idle(NamedTuple):
+    """Nothing due: sleep up to ``seconds``, or until a lock is watched."""
+
+    seconds: float
+
+
+def _renewals(schedule: _Schedule) -> Generator[Renew | Idle, list[Any] | None, None]:
+    """The watchdog's loop, written once: the thread and the loop's task drive it. Ends
+    after ``IDLE_EXIT_SECONDS`` with nothing to renew."""
+    idle_since: float | None = None
+    while True:
+        now = clock.now()
+        due, orphans = schedule.take_due(now)
+        due = [(e, lock) for e, lock in due if not schedule.past_max_hold(e, lock, now)]
+        if due or orphans:
+            idle_since = None
+            started = clock.now()
+            outcomes = yield Renew(due, orphans)
+            for (entry, lock), outcome in zip(due, outcomes or (), strict=True):
+                schedule.settle(entry, lock, outcome, started)
+            continue
+        next_due = schedule.next_due()
+        if next_due is None:
+            idle_since = idle_since or now
+            if now - idle_since >= IDLE_EXIT_SECONDS:
+                return
+            yield Idle(IDLE_EXIT_SECONDS)
+        else:
+            idle_since = None
+            yield Idle(max(0.0, next_due - now))
 
 
 def _groups(due: list[tuple[_Entry, Renewable]]) -> list[list[int]]:
@@ -274,36 +298,37 @@ def _spread(
     return outcomes
 
 
-def _renew_batch(due: list[tuple[_Entry, Renewable]]) -> list[Any]:
+def _renew_batch(step: Renew) -> list[Any]:
     """Renew the due locks, a batch per transport group: True, False or an exception each."""
-    groups = _groups(due)
-    results: list[Any] = []
-    for indexes in groups:
-        transport, ops = _batch(due, indexes)
-        try:
-            results.append(transport.call_many(ops))
-        except Exception as exc:  # reported through settle()
-            results.append(exc)
-    return _spread(due, groups, results)
+    _release_orphans(step.orphans)
+    groups = _groups(step.due)
+    return _spread(step.due, groups, [_call_many(*_batch(step.due, g)) for g in groups])
 
 
-async def _arenew_batch(due: list[tuple[_Entry, Renewable]]) -> list[Any]:
-    """Async :func:`_renew_batch`: the batches at once."""
-    groups = _groups(due)
-    calls = []
-    for indexes in groups:
-        transport, ops = _batch(due, indexes)
-        calls.append(transport.acall_many(ops))
-    results = await asyncio.gather(*calls, return_exceptions=True)
-    return _spread(due, groups, list(results))
-
-
-def _release_orphan(entry: _Entry) -> None:
-    transport, op = entry.release
+def _call_many(transport: Transport, ops: list[Any]) -> Any:
     try:
-        transport.call(op)
-    except Exception as exc:  # it expires by its TTL anyway
-        logger.info("Could not release a garbage-collected lock: %s", exc)
+        return transport.call_many(ops)
+    except Exception as exc:  # reported through settle()
+        return exc
+
+
+async def _arenew_batch(step: Renew) -> list[Any]:
+    """Async :func:`_renew_batch`: the batches at once."""
+    _release_orphans(step.orphans)
+    groups = _groups(step.due)
+    batches = [_batch(step.due, g) for g in groups]
+    calls = [transport.acall_many(ops) for transport, ops in batches]
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    return _spread(step.due, groups, list(results))
+
+
+def _release_orphans(orphans: list[_Entry]) -> None:
+    for entry in orphans:
+        transport, op = entry.release
+        try:
+            transport.call(op)
+        except Exception as exc:  # it expires by its TTL anyway
+            logger.info("Could not release a garbage-collected lock: %s", exc)
 
 
 class _LoopWatchdog:
@@ -325,32 +350,20 @@ class _LoopWatchdog:
         self.schedule.discard(lock)
 
     async def _run(self) -> None:
-        idle_since: float | None = None
+        cycle = _renewals(self.schedule)
+        outcomes: list[Any] | None = None
         while True:
-            now = clock.now()
-            due, orphans = self.schedule.take_due(now)
-            for entry in orphans:
-                _release_orphan(entry)
-            due = [(e, lock) for e, lock in due if not self.schedule.past_max_hold(e, lock, now)]
-            if due:
-                idle_since = None
-                started = clock.now()
-                outcomes = await _arenew_batch(due)
-                for (entry, lock), outcome in zip(due, outcomes, strict=True):
-                    self.schedule.settle(entry, lock, outcome, started)
+            try:
+                step = cycle.send(outcomes)
+            except StopIteration:
+                return
+            outcomes = None
+            if isinstance(step, Renew):
+                outcomes = await _arenew_batch(step)
                 continue
-            next_due = self.schedule.next_due()
-            if next_due is None:
-                idle_since = idle_since or now
-                if now - idle_since >= IDLE_EXIT_SECONDS:
-                    return
-                wait = IDLE_EXIT_SECONDS
-            else:
-                idle_since = None
-                wait = max(0.0, next_due - now)
             self.wake.clear()
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), wait)
+                await asyncio.wait_for(self.wake.wait(), step.seconds)
 
 
 _thread_watchdog = _ThreadWatchdog()
