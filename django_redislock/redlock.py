@@ -1,13 +1,8 @@
 """Redlock: one lock over several independent Redis primaries, with fences that grow.
 
-Each step (acquire, fence write-back, extend, release, the queries) is sent to
-every node at once and the replies are gathered: the node calls are asyncio
-tasks on ``redis.asyncio`` clients, run in the caller's event loop for the
-``a``-methods and, for the sync methods, in ONE long-lived background event
-loop thread per process (created on first use, replaced after ``fork``). Every
-node call has its own timeout, a small fraction of the TTL (``node_timeout``),
-so a frozen node costs one timeout, never a socket timeout, and never blocks
-the other nodes.
+Each step is sent to every node at once and the replies are gathered
+(:mod:`django_redislock.transports.nodes`); every node call has its own timeout, a
+small fraction of the TTL (``node_timeout``), so a frozen node costs one timeout.
 
 Acquire (one attempt; :class:`~django_redislock.lock.BaseLock` does the
 waiting and retrying):
@@ -35,24 +30,35 @@ not guarantee.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 import os
 import random
-import threading
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from . import clock, leases
+from . import clock
 from .base import UNREACHABLE, BaseLock, new_token
 from .conf import get_config
-from .connection import async_lock_client, park_inherited
-from .exceptions import LockBackendUnavailable, LockConfigurationError, RedisLockError
+from .exceptions import LockBackendUnavailable, RedisLockError
 from .keys import validate_seconds
 from .kinds import Mutex, Operation
 from .kinds.mutex import Attempt, Busy, Granted, HolderState, parse_acquire
-from .transports import wire
-from .transports.base import acall_each, call_each
+from .transports.nodes import (
+    Deadlines,
+    Nodes,
+    background,
+    count,
+    describe,
+    failed,
+    first_error,
+    majority_holder,
+    outcome,
+    release_on,
+    run_sync,
+    scatter,
+    script_op,
+    validate_connections,
+)
 
 logger = logging.getLogger("django_redislock.redlock")
 acquire_logger = logging.getLogger("django_redislock.acquire")
@@ -87,272 +93,6 @@ def connect_budget(ttl: float, node_timeout: float) -> float:
     The time counts against the lock's validity like any other.
     """
     return max(node_timeout, min(get_config()["SOCKET_CONNECT_TIMEOUT"], ttl / 2))
-
-
-# -- the background event loop of the sync methods ------------------------------------
-class _LoopThread:
-    """One daemon thread running an event loop for the sync Redlock methods."""
-
-    def __init__(self) -> None:
-        self.pid = os.getpid()
-        self.loop = asyncio.new_event_loop()
-        ready = threading.Event()
-        self.thread = threading.Thread(
-            target=self._run, args=(ready,), name="redislock-redlock", daemon=True
-        )
-        self.thread.start()
-        ready.wait()
-
-    def _run(self, ready: threading.Event) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.call_soon(ready.set)
-        self.loop.run_forever()
-
-    def submit(self, coro: Awaitable[Any]) -> concurrent.futures.Future[Any]:
-        if threading.current_thread() is self.thread:
-            raise RuntimeError("sync Redlock methods cannot be called from the Redlock loop")
-        return asyncio.run_coroutine_threadsafe(coro, self.loop)  # type: ignore[arg-type]
-
-
-_runner: _LoopThread | None = None
-_runner_lock = threading.Lock()
-
-
-def _background() -> _LoopThread:
-    global _runner
-    runner = _runner
-    if runner is not None and runner.pid == os.getpid():
-        return runner
-    with _runner_lock:
-        if _runner is None or _runner.pid != os.getpid():
-            _runner = _LoopThread()
-        return _runner
-
-
-def _run_sync(coro: Awaitable[Any]) -> Any:
-    return _background().submit(coro).result()
-
-
-def _reset_after_fork() -> None:
-    # The child has no loop thread: the next sync call starts a new one.
-    global _runner, _runner_lock
-    # The parent's loop and clients are kept, unused: see connection.park_inherited.
-    park_inherited((_runner, set(_tasks)))
-    _runner = None
-    _tasks.clear()
-    _runner_lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_reset_after_fork)
-
-# Strong references to node calls nobody awaits any more (stragglers).
-_tasks: set[asyncio.Future[Any]] = set()
-
-
-def _keep(task: asyncio.Future[Any]) -> None:
-    _tasks.add(task)
-    task.add_done_callback(_forget_task)
-
-
-def _forget_task(task: asyncio.Future[Any]) -> None:
-    _tasks.discard(task)
-    if not task.cancelled():
-        task.exception()  # retrieved: a straggler's failure is no news
-
-
-# -- node calls and scatter/gather ----------------------------------------------------
-class Deadlines(NamedTuple):
-    """How long one node may take: to answer a command, and to give a ready connection."""
-
-    command: float
-    connect: float
-
-
-async def _node_call(
-    client: Any, op: leases.Op, deadlines: Deadlines, after: asyncio.Future[Any] | None
-) -> Any:
-    """Run ``op`` on one node within its deadlines, after its previous call ended.
-
-    Queuing behind ``after`` (this lock's previous call on the same node) keeps a
-    compare-and-delete from overtaking the acquire it cleans up after. Past a
-    deadline the call reports a timeout at once and the library disconnects the
-    connection it gave up on itself (:mod:`django_redislock.leases`).
-    """
-    if after is not None and not after.done():
-        try:
-            same_loop = after.get_loop() is asyncio.get_running_loop()
-        except AttributeError:  # pragma: no cover - not an asyncio future
-            same_loop = False
-        if same_loop:
-            await asyncio.wait({after}, timeout=deadlines.command)
-    return await leases.call_within(client, op, deadlines.command, deadlines.connect)
-
-
-async def _capture(coro: Awaitable[Any]) -> Any:
-    """The result, or the exception as a value (a node's failure is data here)."""
-    try:
-        return await coro
-    except Exception as exc:
-        return exc
-
-
-def _outcome(task: asyncio.Future[Any]) -> Any:
-    if task.cancelled():
-        return asyncio.CancelledError()
-    return task.result()
-
-
-def _failed(result: Any) -> bool:
-    return isinstance(result, BaseException)
-
-
-async def _scatter(
-    aliases: Iterable[str],
-    op: leases.Op,
-    deadlines: Deadlines,
-    inflight: dict[str, asyncio.Future[Any]] | None,
-    enough: Callable[[dict[str, Any]], bool] | None = None,
-) -> tuple[dict[str, Any], dict[str, asyncio.Future[Any]]]:
-    """Send ``op`` to every alias at once; gather replies until ``enough`` says so.
-
-    Returns (results so far by alias, every task by alias). Tasks still running
-    go on in the background (their own timeout bounds them).
-    """
-    tasks: dict[str, asyncio.Future[Any]] = {}
-    # Clients chosen when the step starts: a call queued behind an earlier one stays
-    # with the settings it began under.
-    clients = {alias: await async_lock_client(alias) for alias in aliases}
-    for alias, client in clients.items():
-        after = inflight.get(alias) if inflight is not None else None
-        task = asyncio.ensure_future(_capture(_node_call(client, op, deadlines, after)))
-        _keep(task)
-        if inflight is not None:
-            inflight[alias] = task
-        tasks[alias] = task
-    owner = {task: alias for alias, task in tasks.items()}
-    results: dict[str, Any] = {}
-    pending = set(tasks.values())
-    while pending and not (enough is not None and enough(results)):
-        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-        for task in done:
-            results[owner[task]] = _outcome(task)
-    for result in results.values():
-        if isinstance(result, LockConfigurationError):
-            raise result
-    return results, tasks
-
-
-def _script_op(op: Operation) -> leases.Op:
-    # The raw replies are gathered: a node's reply is counted, not parsed.
-    return wire.Single(op)
-
-
-def _count(results: dict[str, Any], value: Any) -> int:
-    return sum(1 for r in results.values() if not _failed(r) and r == value)
-
-
-def _first_error(results: dict[str, Any]) -> BaseException | None:
-    return next((r for r in results.values() if _failed(r)), None)
-
-
-def _describe(exc: BaseException | None) -> str:
-    if exc is None:
-        return "no answer"
-    if isinstance(exc, TimeoutError):
-        return "timed out"
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-
-
-async def _release_on(
-    aliases: Sequence[str],
-    op: Operation,
-    deadlines: Deadlines,
-    inflight: dict[str, asyncio.Future[Any]] | None,
-    quorum: int,
-) -> tuple[int, dict[str, Any]]:
-    """Compare-and-delete (``op``: the kind's release) on every node; (released count, results).
-
-    Gathers until a majority released, a majority said "not ours", or every node
-    answered or timed out: a release is judged on what each node said.
-    """
-
-    def enough(results: dict[str, Any]) -> bool:
-        return _count(results, 1) >= quorum or _count(results, 0) >= quorum
-
-    results, _ = await _scatter(aliases, _script_op(op), deadlines, inflight, enough)
-    return _count(results, 1), results
-
-
-class Nodes:
-    """Redlock's nodes as a transport, for the operations a majority settles by saying
-    1 or 0 (extend; release): each is sent to every node at once, replies are gathered
-    until a majority said the same, and the answer counts only if it came within the
-    validity. The watchdog renews, and releases a collected Redlock, through it.
-    Acquire and the caller's release keep their own rules in :class:`Redlock`.
-    """
-
-    __slots__ = ("connections", "deadlines", "inflight", "name", "quorum", "validity")
-
-    def __init__(
-        self, name: str, connections: tuple[str, ...], deadlines: Deadlines, validity: float
-    ) -> None:
-        self.name, self.connections, self.deadlines = name, connections, deadlines
-        #: How many nodes make a majority.
-        self.quorum = len(connections) // 2 + 1
-        #: Seconds a majority's answer may be trusted from just before the send.
-        self.validity = validity
-        # The last call per node, so the next one queues behind it.
-        self.inflight: dict[str, asyncio.Future[Any]] = {}
-
-    @property
-    def renew_group(self) -> None:
-        """Never batched: each renewal is a scatter of its own."""
-        return None
-
-    async def acall(self, op: Operation, validity: float | None = None) -> bool:
-        """True when a majority said 1 in time; False when a majority (or too late) did not.
-
-        ``LockBackendUnavailable`` when too few nodes answered to tell.
-        """
-        quorum, total = self.quorum, len(self.connections)
-
-        def enough(results: dict[str, Any]) -> bool:
-            return _count(results, 1) >= quorum or _count(results, 0) > total - quorum
-
-        started = clock.now()
-        results, _ = await _scatter(
-            self.connections, _script_op(op), self.deadlines, self.inflight, enough
-        )
-        if _count(results, 1) >= quorum:
-            return clock.now() - started < (self.validity if validity is None else validity)
-        self.raise_if_too_few(results, op.script.name)
-        return False
-
-    def call(self, op: Operation) -> bool:
-        """:meth:`acall` from a thread, on the Redlock loop thread."""
-        return bool(_run_sync(self.acall(op)))
-
-    def call_many(self, ops: Sequence[Operation]) -> list[Any]:
-        return call_each(self.call, ops)
-
-    async def acall_many(self, ops: Sequence[Operation]) -> list[Any]:
-        return await acall_each(self.acall, ops)
-
-    def raise_if_too_few(self, results: dict[str, Any], action: str) -> None:
-        """``LockBackendUnavailable`` when fewer than a majority answered and no majority
-        said "not yours" (that is ``LockNotOwned``'s to report)."""
-        answered = [alias for alias, r in results.items() if not _failed(r)]
-        if _count(results, 0) > len(self.connections) - self.quorum:
-            return
-        if len(answered) < self.quorum:
-            missing = [alias for alias in self.connections if alias not in answered]
-            raise LockBackendUnavailable(
-                f"Redlock {self.name!r}: could not {action} on a majority; only "
-                f"{len(answered)} of {len(self.connections)} nodes answered; unreachable: "
-                + ", ".join(f"{alias} ({_describe(results.get(alias))})" for alias in missing),
-                lock_name=self.name,
-                aliases=missing,
-            ) from _first_error(results)
 
 
 class Redlock(BaseLock):
@@ -392,7 +132,7 @@ class Redlock(BaseLock):
             on_lost=on_lost,
             max_hold=max_hold,
         )
-        self.connections: tuple[str, ...] = _validate_connections(
+        self.connections: tuple[str, ...] = validate_connections(
             get_config()["REDLOCK_CONNECTIONS"] if connections is None else connections
         )
         #: How many nodes make a majority.
@@ -442,7 +182,7 @@ class Redlock(BaseLock):
 
     def _do_acquire(self, token: str, waited_ms: int) -> Attempt:
         attempt, op, jitter = self._acquire_call(token)
-        future = _background().submit(self._try_acquire(token, attempt, op, jitter))
+        future = background().submit(self._try_acquire(token, attempt, op, jitter))
         try:
             return future.result()
         except BaseException:
@@ -452,7 +192,7 @@ class Redlock(BaseLock):
 
     def _cleanup_when_done(self, attempt: str) -> Callable[[Any], None]:
         def callback(future: Any) -> None:
-            runner = _background()
+            runner = background()
             asyncio.run_coroutine_threadsafe(self._cleanup(attempt), runner.loop)
 
         return callback
@@ -473,8 +213,8 @@ class Redlock(BaseLock):
             return granted >= quorum or len(results) - granted > total - quorum
 
         started = clock.now()
-        results, tasks = await _scatter(
-            self.connections, _script_op(op), self._deadlines,
+        results, tasks = await scatter(
+            self.connections, script_op(op), self._deadlines,
             self._inflight, enough,
         )  # fmt: skip
         grants = {alias: int(r[1]) for alias, r in results.items() if _granted(r)}
@@ -492,7 +232,7 @@ class Redlock(BaseLock):
             )  # fmt: skip
         acquire_logger.debug(
             "Redlock %r attempt failed: %s", self.name,
-            {alias: _describe(r) if _failed(r) else r for alias, r in results.items()},
+            {alias: describe(r) if failed(r) else r for alias, r in results.items()},
         )  # fmt: skip
         return await self._refused(base_token, token, results, tasks, started)
 
@@ -508,13 +248,13 @@ class Redlock(BaseLock):
         quorum = self.quorum
         # Delete our token everywhere, each delete queued behind that node's call.
         cleanups = await self._cleanup(token, wait=False)
-        answered = [alias for alias, r in results.items() if not _failed(r)]
+        answered = [alias for alias, r in results.items() if not failed(r)]
         pending = [alias for alias in self.connections if alias not in results]
         if len(answered) < quorum <= len(answered) + len(pending):
             # Not enough answers yet to tell "busy" from "unavailable": wait for them.
             await asyncio.wait({tasks[alias] for alias in pending})
-            results.update((alias, _outcome(tasks[alias])) for alias in pending)
-            answered = [alias for alias, r in results.items() if not _failed(r)]
+            results.update((alias, outcome(tasks[alias])) for alias in pending)
+            answered = [alias for alias, r in results.items() if not failed(r)]
         # The nodes that answered are cleaned before we return; the others in the background.
         if answered:
             await asyncio.wait({cleanups[alias] for alias in answered})
@@ -522,7 +262,7 @@ class Redlock(BaseLock):
             self._attempt = None
             raise self._too_few_answered(answered, results)
         held = sorted(
-            int(r[1]) for r in results.values() if not _failed(r) and not _granted(r) and r[1] > 0
+            int(r[1]) for r in results.values() if not failed(r) and not _granted(r) and r[1] > 0
         )
         if len(held) >= quorum:
             # A holder has a majority: wait for it.
@@ -542,18 +282,18 @@ class Redlock(BaseLock):
         error = LockBackendUnavailable(
             f"Redlock {self.name!r}: only {len(answered)} of {len(self.connections)} nodes "
             f"answered, {self.quorum} needed; unreachable: "
-            + ", ".join(f"{alias} ({_describe(errors[alias])})" for alias in missing),
+            + ", ".join(f"{alias} ({describe(errors[alias])})" for alias in missing),
             lock_name=self.name,
             aliases=missing,
         )
-        error.__cause__ = _first_error({a: e for a, e in errors.items() if e is not None})
+        error.__cause__ = first_error({a: e for a, e in errors.items() if e is not None})
         return error
 
     def _majority_busy_holder(self, results: dict[str, Any], pttl_ms: int) -> HolderState | None:
         """The holder that refused us on a majority of the nodes (from their replies)."""
         seen: dict[str, list[HolderState]] = {}
         for result in results.values():
-            if _failed(result) or _granted(result):
+            if failed(result) or _granted(result):
                 continue
             holder = parse_acquire(result)
             if isinstance(holder, Busy) and holder.holder is not None:
@@ -569,24 +309,24 @@ class Redlock(BaseLock):
         need = self.quorum - (len(grants) - len(lagging))
         if not lagging:
             return need <= 0
-        op = _script_op(self.ops.fence_raise(token, fence))
+        op = script_op(self.ops.fence_raise(token, fence))
         if need <= 0:
             # Already held on a majority: raise the others too, without waiting.
-            await _scatter(lagging, op, self._deadlines, self._inflight, lambda r: True)
+            await scatter(lagging, op, self._deadlines, self._inflight, lambda r: True)
             return True
 
         def enough(results: dict[str, Any]) -> bool:
-            ok = _count(results, 1)
+            ok = count(results, 1)
             return ok >= need or len(results) - ok > len(lagging) - need
 
-        results, _ = await _scatter(lagging, op, self._deadlines, self._inflight, enough)
-        return _count(results, 1) >= need
+        results, _ = await scatter(lagging, op, self._deadlines, self._inflight, enough)
+        return count(results, 1) >= need
 
     async def _cleanup(self, token: str, *, wait: bool = True) -> dict[str, asyncio.Future[Any]]:
         """Compare-and-delete ``token`` on every node; with ``wait``, until all answered."""
-        op = _script_op(self.ops.release(token))
+        op = script_op(self.ops.release(token))
         enough = None if wait else (lambda results: True)
-        _, tasks = await _scatter(self.connections, op, self._deadlines, self._inflight, enough)
+        _, tasks = await scatter(self.connections, op, self._deadlines, self._inflight, enough)
         for alias, task in tasks.items():
             task.add_done_callback(self._log_cleanup_failure(alias))
         return tasks
@@ -594,10 +334,10 @@ class Redlock(BaseLock):
     def _log_cleanup_failure(self, alias: str) -> Callable[[asyncio.Future[Any]], None]:
         def callback(task: asyncio.Future[Any]) -> None:
             result = None if task.cancelled() else task.result()
-            if result is None or _failed(result):
+            if result is None or failed(result):
                 acquire_logger.info(
                     "Redlock %r: could not clean up on %s (%s); the key expires in %.3fs",
-                    self.name, alias, _describe(result), self.ttl,
+                    self.name, alias, describe(result), self.ttl,
                 )  # fmt: skip
 
         return callback
@@ -609,7 +349,7 @@ class Redlock(BaseLock):
         return base_token
 
     def _do_cleanup(self, token: str) -> None:
-        _run_sync(self._cleanup(self._attempt_token(token)))
+        run_sync(self._cleanup(self._attempt_token(token)))
 
     async def _ado_cleanup(self, token: str) -> None:
         await self._cleanup(self._attempt_token(token))
@@ -630,21 +370,21 @@ class Redlock(BaseLock):
         majority has to confirm the release.
         """
         valid, self._releasing_valid = self._releasing_valid, False
-        released, results = await _release_on(
+        released, results = await release_on(
             self.connections, self.ops.release(token), self._deadlines, self._inflight, self.quorum
         )
         if released >= self.quorum:
             return True
         self._raise_if_too_few(results, "release")
-        if not valid or _count(results, 0) >= self.quorum:
+        if not valid or count(results, 0) >= self.quorum:
             return False
-        silent = [a for a in self.connections if a not in results or _failed(results[a])]
+        silent = [a for a in self.connections if a not in results or failed(results[a])]
         refused = [a for a in self.connections if a in results and results[a] == 0]
         logger.warning(
             "Redlock %r released on %d of %d nodes within its validity; not ours on %s; "
             "no answer from %s, where our key stays until its TTL (%.3fs at most)",
             self.name, released, len(self.connections), refused or "none",
-            [f"{a} ({_describe(results.get(a))})" for a in silent] or "none", self.ttl,
+            [f"{a} ({describe(results.get(a))})" for a in silent] or "none", self.ttl,
         )  # fmt: skip
         return True
 
@@ -656,13 +396,13 @@ class Redlock(BaseLock):
         self._nodes.raise_if_too_few(results, action)
 
     def _do_release(self, token: str) -> bool:
-        return bool(_run_sync(self._release(token)))
+        return bool(run_sync(self._release(token)))
 
     async def _ado_release(self, token: str) -> bool:
         return await self._release(token)
 
     def _do_extend(self, token: str, ttl_ms: int) -> bool:
-        return bool(_run_sync(self._extend(token, ttl_ms)))
+        return bool(run_sync(self._extend(token, ttl_ms)))
 
     async def _ado_extend(self, token: str, ttl_ms: int) -> bool:
         return await self._extend(token, ttl_ms)
@@ -698,29 +438,10 @@ class Redlock(BaseLock):
 
     # -- queries (majority semantics) ---------------------------------------------------
     async def _state(self) -> dict[str, tuple[str | None, int]]:
-        """(token, pttl ms) per node that answered; LockBackendUnavailable below a majority."""
-        op = leases.GetAndPttl(self.key)
-        results, _ = await _scatter(self.connections, op, self._deadlines, None)
-        state = {
-            alias: (None if r[0] is None else r[0].decode(), int(r[1]))
-            for alias, r in results.items()
-            if not _failed(r)
-        }
-        if len(state) < self.quorum:
-            self._raise_if_too_few(results, "query")
-        return state
+        return await self._nodes.holders(self.key)
 
     def _majority_holder(self, state: dict[str, tuple[str | None, int]]) -> tuple[str, int] | None:
-        """(token, ms until fewer than a majority of nodes hold it) or None."""
-        by_token: dict[str, list[int]] = {}
-        for token, pttl in state.values():
-            if token is not None:
-                by_token.setdefault(token, []).append(pttl)
-        for token, pttls in by_token.items():
-            if len(pttls) >= self.quorum:
-                pttls.sort(reverse=True)
-                return token, pttls[self.quorum - 1]
-        return None
+        return majority_holder(state, self.quorum)
 
     def _owned_in(self, state: dict[str, tuple[str | None, int]]) -> bool:
         holder = self._majority_holder(state)
@@ -731,18 +452,18 @@ class Redlock(BaseLock):
 
     def locked(self) -> bool:
         """True if one token holds the lock on a majority of the nodes."""
-        return self._majority_holder(_run_sync(self._state())) is not None
+        return self._majority_holder(run_sync(self._state())) is not None
 
     def owned(self) -> bool:
         """True if this object's token holds a majority and its validity has not run out."""
-        return self._may_own() and self._owned_in(_run_sync(self._state()))
+        return self._may_own() and self._owned_in(run_sync(self._state()))
 
     def remaining(self) -> float | None:
         """Seconds until fewer than a majority of nodes hold the lock, or ``None`` if free.
 
         Raw TTL, without the clock-drift margin (see ``valid_until`` for that).
         """
-        return _seconds(self._majority_holder(_run_sync(self._state())))
+        return _seconds(self._majority_holder(run_sync(self._state())))
 
     async def alocked(self) -> bool:
         """Async twin of :meth:`locked`."""
@@ -762,32 +483,13 @@ class Redlock(BaseLock):
 
 
 def _granted(result: Any) -> bool:
-    return not _failed(result) and int(result[0]) == 1
+    return not failed(result) and int(result[0]) == 1
 
 
 def _seconds(holder: tuple[str, int] | None) -> float | None:
     if holder is None or holder[1] < 0:
         return None
     return holder[1] / 1000
-
-
-def _validate_connections(connections: object) -> tuple[str, ...]:
-    if isinstance(connections, str) or not isinstance(connections, (list, tuple)):
-        raise ValueError(
-            f"Redlock connections must be a list of cache aliases, not {connections!r}"
-        )
-    aliases = tuple(connections)
-    for alias in aliases:
-        if not isinstance(alias, str) or not alias:
-            raise ValueError(f"Redlock connections must be cache aliases (str), not {alias!r}")
-    if len(set(aliases)) != len(aliases):
-        raise ValueError(f"Redlock connections must be distinct: {list(aliases)!r}")
-    if len(aliases) < 3 or len(aliases) % 2 == 0:
-        raise ValueError(
-            f"Redlock needs an odd number (>= 3) of independent nodes, got {len(aliases)}: "
-            f"{list(aliases)!r} (set REDISLOCK['REDLOCK_CONNECTIONS'] or pass connections=...)"
-        )
-    return aliases
 
 
 __all__ = ["Redlock", "clock_drift", "connect_budget", "default_node_timeout"]

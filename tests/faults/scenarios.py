@@ -884,7 +884,7 @@ def lifecycle(lab: Lab, protected: bool) -> RunResult:
     use a 30 s TTL so a leaked key cannot hide by expiring. Unprotected: no clean-up after
     a cancelled acquire.
     """
-    from django_redislock import Lock, cancellation
+    from django_redislock import Lock, drivers
     from django_redislock import watchdog as watchdog_module
     from django_redislock.base import BaseLock
 
@@ -933,7 +933,7 @@ def lifecycle(lab: Lab, protected: bool) -> RunResult:
             )
         await asyncio.gather(*(error_inside(i) for i in range(40)))
         for _ in range(500):  # clean-up tasks of cancelled calls
-            if not cancellation._background_tasks:
+            if not drivers._background_tasks:
                 break
             await asyncio.sleep(0.01)
 
