@@ -38,6 +38,7 @@ from django.utils import formats, timezone
 from django.utils.text import capfirst
 from django.utils.timesince import timesince
 
+from .admin_listing import CONNECTION_VAR, SEARCH_VAR, ListQuery
 from .conf import get_config
 from .exceptions import InvalidLockName, RedisLockError
 from .inspection import (
@@ -53,18 +54,7 @@ from .inspection import (
 from .keys import validate_name
 from .models import HeldLock
 
-#: The changelist's query parameters.
-SEARCH_VAR = "q"
-ORDER_VAR = "o"
-CURSOR_VAR = "cursor"
-PAGE_VAR = "p"
-CONNECTION_VAR = "connection"
 ACTION_NAME = "release_selected"
-#: Orders a page can be sorted by (within the page: SCAN has no order).
-ORDERINGS = {
-    "name": lambda info: info.name,
-    "ttl": lambda info: (info.ttl is None, info.ttl or 0.0),
-}
 
 
 def format_ttl(seconds: float | None) -> str:
@@ -245,75 +235,36 @@ class HeldLockAdmin(admin.ModelAdmin):
         alias = self._alias(request)
         if request.method == "POST":
             return self._changelist_action(request, alias)
-        query = request.GET.get(SEARCH_VAR, "").strip()
-        order = request.GET.get(ORDER_VAR, "name")
-        if order.lstrip("-") not in ORDERINGS:
-            order = "name"
-        cursor = request.GET.get(CURSOR_VAR) or None
-        try:
-            page_number = max(1, int(request.GET.get(PAGE_VAR, "1")))
-        except ValueError:
-            page_number = 1
+        aliases = self.connection_aliases()
+        listing = ListQuery.from_request(request, alias if len(aliases) > 1 else "")
         infos: list[LockInfo] = []
-        next_cursor = None
-        error = None
+        next_cursor = error = None
         try:
             infos, next_cursor = scan_page(
-                search_pattern(query),
-                cursor,
+                search_pattern(listing.query),
+                listing.cursor,
                 self.list_per_page,
                 alias,
                 max_seconds=self.scan_time_budget,
             )
-        except ValueError as exc:  # a bad cursor or pattern typed into the URL
+        except (ValueError, RedisLockError) as exc:  # a bad cursor typed into the URL too
             error = str(exc)
-        except RedisLockError as exc:
-            error = str(exc)
-        infos.sort(key=ORDERINGS[order.lstrip("-")], reverse=order.startswith("-"))
-
-        base = {
-            SEARCH_VAR: query,
-            CONNECTION_VAR: alias if len(self.connection_aliases()) > 1 else "",
-        }
-
-        def link(**changes: Any) -> str:
-            params = {**base, ORDER_VAR: order if order != "name" else "", **changes}
-            params = {k: v for k, v in params.items() if v not in (None, "")}
-            return "?" + urlencode(params) if params else "?"
-
-        headers = []
-        for field, label in (("name", "Name"), ("ttl", "TTL left")):
-            sorted_here = order.lstrip("-") == field
-            ascending = sorted_here and not order.startswith("-")
-            toggled = f"-{field}" if ascending else field
-            headers.append(
-                {
-                    "field": field,
-                    "label": label,
-                    "sorted": sorted_here,
-                    "ascending": ascending,
-                    "url": link(**{ORDER_VAR: toggled, CURSOR_VAR: cursor, PAGE_VAR: page_number}),
-                }
-            )
+        listing.sort(infos)
         context = self._context(
             request,
             capfirst(str(self.opts.verbose_name_plural)),
             rows=[self._row(info, alias) for info in infos],
-            query=query,
-            order=order,
-            headers=headers,
-            page_number=page_number,
-            is_first_page=cursor is None,
-            next_url=(
-                link(**{CURSOR_VAR: next_cursor, PAGE_VAR: page_number + 1})
-                if next_cursor
-                else None
-            ),
-            first_url=link(),
+            query=listing.query,
+            order=listing.order,
+            headers=listing.headers(),
+            page_number=listing.page_number,
+            is_first_page=listing.cursor is None,
+            next_url=listing.next_url(next_cursor),
+            first_url=listing.link(),
             scan_complete=next_cursor is None,
             error=error,
             alias=alias,
-            aliases=self.connection_aliases(),
+            aliases=aliases,
             search_var=SEARCH_VAR,
             connection_var=CONNECTION_VAR,
             action_name=ACTION_NAME,

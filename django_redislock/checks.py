@@ -27,7 +27,7 @@ EVICTING_POLICIES = {
 
 
 def _alias_problem(alias: Any, what: str, obj: str) -> list[CheckMessage]:
-    from .connection import connection_problem
+    from .configured import connection_problem
 
     connections = get_config().get("CONNECTIONS") or {}
     if isinstance(connections, dict) and isinstance(alias, str) and alias in connections:

@@ -7,25 +7,9 @@ hang for many seconds against a frozen server. So we build a process-wide pool
 per alias from the same connection settings (host, port, db, password, TLS,
 socket path, fakeredis server...) with retries off and our own socket timeouts.
 
-Names listed in ``REDISLOCK["CONNECTIONS"]`` are not django-redis aliases: they
-describe a server of their own, which may be a Redis Cluster (django-redis has
-no cluster client) or a Sentinel-managed primary::
-
-    REDISLOCK = {
-        "CONNECTION": "locks",
-        "CONNECTIONS": {
-            "locks": {"URL": "redis://10.0.0.1:6379", "CLUSTER": True},
-            "ha": {"SENTINELS": [("10.0.0.5", 26379), ...], "SERVICE_NAME": "mymaster"},
-            "plain": {"URL": "redis://10.0.0.9:6379/2"},
-        },
-    }
-
-``URL`` (a string, or a list of startup-node URLs for a cluster), ``CLUSTER``
-(bool), ``SENTINELS`` (``(host, port)`` pairs), ``SERVICE_NAME``, ``DB``,
-``SENTINEL_OPTIONS`` (keyword arguments for the connections to the sentinels)
-and ``OPTIONS`` (extra redis-py connection keyword arguments: ``password``,
-``ssl``...). Every client built here has retries off and the REDISLOCK socket
-timeouts, like the ones built from django-redis aliases.
+Names listed in ``REDISLOCK["CONNECTIONS"]`` describe a server of their own
+(:mod:`django_redislock.configured`): a plain server, a Redis Cluster or a
+Sentinel-managed primary.
 """
 
 from __future__ import annotations
@@ -48,18 +32,13 @@ import redis.sentinel
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 from redis.backoff import NoBackoff
-from redis.cluster import ClusterNode, RedisCluster
-from redis.exceptions import RedisClusterException
+from redis.cluster import RedisCluster
 from redis.retry import Retry
 
 from . import leases
 from .conf import get_config
+from .configured import ASYNC, SYNC, build_configured, configured
 from .exceptions import LockConfigurationError
-
-#: Keys allowed in one ``REDISLOCK["CONNECTIONS"]`` entry.
-CONNECTION_KEYS = frozenset(
-    {"URL", "CLUSTER", "SENTINELS", "SERVICE_NAME", "DB", "SENTINEL_OPTIONS", "OPTIONS"}
-)
 
 _lock = threading.Lock()
 _sync_clients: dict[str, redis.Redis] = {}
@@ -122,7 +101,7 @@ def lock_client(alias: str) -> redis.Redis:
     with _lock:
         client = _sync_clients.get(alias)
         if client is None and configured(alias) is not None:
-            client = _sync_clients[alias] = _build_configured(alias)
+            client = _sync_clients[alias] = build_configured(alias, SYNC)
         if client is None:
             source = django_redis_client(alias)
             built = _lock_pool_kwargs(source)
@@ -164,7 +143,7 @@ async def async_lock_client(alias: str) -> redis.asyncio.Redis:
         per_loop["__closer__"] = closer
         await closer.__anext__()  # registered with the loop's async generators
     client = per_loop[alias] = (
-        _build_configured_async(alias) if configured(alias) is not None else _build_async(alias)
+        build_configured(alias, ASYNC) if configured(alias) is not None else _build_async(alias)
     )
     return client
 
@@ -337,133 +316,6 @@ def scan_clients(alias: str) -> list[redis.Redis]:
 def is_cluster(client: Any) -> bool:
     """True for a sync or asyncio ``RedisCluster``."""
     return isinstance(client, (RedisCluster, redis.asyncio.cluster.RedisCluster))
-
-
-# -- REDISLOCK["CONNECTIONS"] ---------------------------------------------------
-
-
-def connections_setting() -> dict[str, Any]:
-    """``REDISLOCK["CONNECTIONS"]`` (an empty dict when unset)."""
-    value = get_config().get("CONNECTIONS") or {}
-    if not isinstance(value, dict):
-        raise LockConfigurationError(
-            f"REDISLOCK['CONNECTIONS'] must be a dict of name -> options, not {value!r}"
-        )
-    return value
-
-
-def configured(name: str) -> dict[str, Any] | None:
-    """The ``REDISLOCK["CONNECTIONS"]`` entry called ``name``, validated, or None."""
-    entry = connections_setting().get(name)
-    if entry is None:
-        return None
-    problem = connection_problem(name, entry)
-    if problem:
-        raise LockConfigurationError(problem)
-    return entry
-
-
-def connection_problem(name: str, entry: Any) -> str | None:
-    """What is wrong with one CONNECTIONS entry (for the system check too), or None."""
-    where = f"REDISLOCK['CONNECTIONS'][{name!r}]"
-    if not isinstance(entry, dict):
-        return f"{where} must be a dict, not {entry!r}"
-    unknown = set(entry) - CONNECTION_KEYS
-    if unknown:
-        return f"{where} has unknown key(s) {sorted(unknown)}; known: {sorted(CONNECTION_KEYS)}"
-    if entry.get("SENTINELS"):
-        if entry.get("CLUSTER"):
-            return f"{where}: CLUSTER and SENTINELS cannot be combined"
-        if not entry.get("SERVICE_NAME"):
-            return f"{where}: SENTINELS needs SERVICE_NAME (the monitored primary's name)"
-        return None
-    url = entry.get("URL")
-    urls = url if isinstance(url, (list, tuple)) else [url]
-    if not urls or not all(isinstance(u, str) and u for u in urls):
-        return f"{where} needs a URL (or a list of URLs for a cluster), or SENTINELS"
-    if len(urls) > 1 and not entry.get("CLUSTER"):
-        return f"{where}: a list of URLs is only for CLUSTER: True"
-    if not isinstance(entry.get("OPTIONS", {}), dict):
-        return f"{where}['OPTIONS'] must be a dict of redis-py keyword arguments"
-    return None
-
-
-def _common_kwargs(entry: dict[str, Any]) -> dict[str, Any]:
-    config = get_config()
-    kwargs = dict(entry.get("OPTIONS") or {})
-    kwargs.update(
-        socket_timeout=config["SOCKET_TIMEOUT"],
-        socket_connect_timeout=config["SOCKET_CONNECT_TIMEOUT"],
-        decode_responses=False,
-    )
-    for name in ("retry", "retry_on_timeout", "retry_on_error"):
-        kwargs.pop(name, None)
-    return kwargs
-
-
-def _urls(entry: dict[str, Any]) -> list[str]:
-    url = entry["URL"]
-    return list(url) if isinstance(url, (list, tuple)) else [url]
-
-
-def _sentinel_args(entry: dict[str, Any]) -> tuple[list[tuple[str, int]], dict[str, Any]]:
-    config = get_config()
-    sentinels = [(str(host), int(port)) for host, port in entry["SENTINELS"]]
-    sentinel_kwargs = dict(entry.get("SENTINEL_OPTIONS") or {})
-    sentinel_kwargs.setdefault("socket_timeout", config["SOCKET_TIMEOUT"])
-    sentinel_kwargs.setdefault("socket_connect_timeout", config["SOCKET_CONNECT_TIMEOUT"])
-    return sentinels, sentinel_kwargs
-
-
-def _build_configured(name: str) -> redis.Redis:
-    entry = configured(name)
-    assert entry is not None
-    kwargs = _common_kwargs(entry)
-    no_retry = Retry(NoBackoff(), 0)
-    if entry.get("SENTINELS"):
-        sentinels, sentinel_kwargs = _sentinel_args(entry)
-        sentinel = redis.sentinel.Sentinel(
-            sentinels, sentinel_kwargs=sentinel_kwargs, retry=no_retry, **kwargs
-        )
-        return sentinel.master_for(entry["SERVICE_NAME"], db=int(entry.get("DB", 0)))
-    urls = _urls(entry)
-    if entry.get("CLUSTER"):
-        others = [redis.connection.parse_url(u) for u in urls[1:]]
-        startup = [ClusterNode(o["host"], o.get("port", 6379)) for o in others]
-        try:
-            return RedisCluster.from_url(  # type: ignore[return-value]
-                urls[0], startup_nodes=startup, retry=no_retry, **kwargs
-            )
-        except RedisClusterException as exc:  # no startup node answered
-            raise redis.ConnectionError(f"cluster {name!r}: {exc}") from exc
-    if "DB" in entry:
-        kwargs["db"] = int(entry["DB"])
-    return redis.Redis.from_url(urls[0], retry=no_retry, **kwargs)
-
-
-def _build_configured_async(name: str) -> Any:
-    entry = configured(name)
-    assert entry is not None
-    kwargs = _common_kwargs(entry)
-    no_retry = redis.asyncio.retry.Retry(NoBackoff(), 0)
-    if entry.get("SENTINELS"):
-        sentinels, sentinel_kwargs = _sentinel_args(entry)
-        sentinel = redis.asyncio.sentinel.Sentinel(
-            sentinels, sentinel_kwargs=sentinel_kwargs, retry=no_retry, **kwargs
-        )
-        return sentinel.master_for(entry["SERVICE_NAME"], db=int(entry.get("DB", 0)))
-    urls = _urls(entry)
-    if entry.get("CLUSTER"):
-        others = [redis.connection.parse_url(u) for u in urls[1:]]
-        startup = [
-            redis.asyncio.cluster.ClusterNode(o["host"], o.get("port", 6379)) for o in others
-        ]
-        return redis.asyncio.cluster.RedisCluster.from_url(
-            urls[0], startup_nodes=startup or None, retry=no_retry, **kwargs
-        )
-    if "DB" in entry:
-        kwargs["db"] = int(entry["DB"])
-    return redis.asyncio.Redis.from_url(urls[0], retry=no_retry, **kwargs)
 
 
 #: What a forked child inherited from its parent's event loops, kept and never used:
