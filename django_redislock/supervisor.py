@@ -113,12 +113,7 @@ class _Signals:
 
 def run_locked(options: RunOptions, say: Callable[[str], None], warn: Callable[[str], None]) -> int:
     """Take the lock, run the child while holding it, release; return the exit status."""
-    if not options.command:
-        raise ValueError("no command to run: write it after '--'")
-    if options.on_busy not in ON_BUSY:
-        raise ValueError(f"on_busy must be one of {', '.join(ON_BUSY)}, not {options.on_busy!r}")
-    if options.grace < 0:
-        raise ValueError(f"grace must be >= 0, not {options.grace!r}")
+    _check(options)
     wake = threading.Event()
     lock = Lock(
         options.name,
@@ -146,15 +141,7 @@ def run_locked(options: RunOptions, say: Callable[[str], None], warn: Callable[[
         if not acquired:
             return _busy(options, lock, say, warn)
         try:
-            child = subprocess.Popen(
-                list(options.command),
-                env={
-                    **os.environ,
-                    "REDISLOCK_NAME": options.name,
-                    "REDISLOCK_FENCE": str(lock.fence),
-                },
-                start_new_session=True,  # it gets our signals once, from us; its group is its own
-            )
+            child = _start(options, lock)
         except OSError as exc:
             lock.release()
             warn(f"Could not start {options.command[0]!r}: {exc}")
@@ -173,6 +160,24 @@ def run_locked(options: RunOptions, say: Callable[[str], None], warn: Callable[[
         warn(f"Lost lock {options.name!r} while the command ran; it was stopped.")
         return EXIT_LOST
     return exit_status(child.returncode)
+
+
+def _check(options: RunOptions) -> None:
+    if not options.command:
+        raise ValueError("no command to run: write it after '--'")
+    if options.on_busy not in ON_BUSY:
+        raise ValueError(f"on_busy must be one of {', '.join(ON_BUSY)}, not {options.on_busy!r}")
+    if options.grace < 0:
+        raise ValueError(f"grace must be >= 0, not {options.grace!r}")
+
+
+def _start(options: RunOptions, lock: Lock) -> subprocess.Popen[bytes]:
+    """The command, told its lock's name and fence in its environment."""
+    return subprocess.Popen(
+        list(options.command),
+        env={**os.environ, "REDISLOCK_NAME": options.name, "REDISLOCK_FENCE": str(lock.fence)},
+        start_new_session=True,  # it gets our signals once, from us; its group is its own
+    )
 
 
 def _busy(

@@ -120,23 +120,7 @@ def parse(task_name: str, run: Callable[..., Any], raw: Any) -> LockOptions:
     watchdog = raw.get("watchdog", True)
     if not isinstance(watchdog, bool):
         raise _fail(task_name, f"'watchdog' must be True or False, not {watchdog!r}")
-    name = raw.get("name", task_name)
-    key_args = raw.get("key_args")
-    namer: Callable[[tuple[Any, ...], dict[str, Any]], str]
-    if key_args is not None:
-        if "name" in raw:
-            raise _fail(task_name, "give either 'name' or 'key_args', not both")
-        if key_args == "all":
-            chosen = None
-        elif isinstance(key_args, list | tuple) and all(isinstance(k, str) for k in key_args):
-            chosen = tuple(key_args)
-        else:
-            raise _fail(task_name, f"key_args must be 'all' or a list of names, not {key_args!r}")
-        namer = ArgumentsNamer(task_name, run, chosen)
-    elif callable(name) or isinstance(name, str):
-        namer = CallNamer(name, run, where=f"task {task_name}")
-    else:
-        raise _fail(task_name, f"'name' must be a template str or a callable, not {name!r}")
+    namer = _namer(task_name, run, raw)
     lock_kwargs = {key: value for key, value in raw.items() if key not in OWN_KEYS}
     try:
         check_lock_kwargs(lock_kwargs)
@@ -155,6 +139,27 @@ def parse(task_name: str, run: Callable[..., Any], raw: Any) -> LockOptions:
         queued_ttl=queued_ttl,
         lock_kwargs=lock_kwargs,
     )
+
+
+def _namer(
+    task_name: str, run: Callable[..., Any], raw: dict[str, Any]
+) -> Callable[[tuple[Any, ...], dict[str, Any]], str]:
+    """The lock name of one call: from ``name`` (a template or a callable) or ``key_args``."""
+    name = raw.get("name", task_name)
+    key_args = raw.get("key_args")
+    if key_args is not None:
+        if "name" in raw:
+            raise _fail(task_name, "give either 'name' or 'key_args', not both")
+        if key_args == "all":
+            chosen = None
+        elif isinstance(key_args, list | tuple) and all(isinstance(k, str) for k in key_args):
+            chosen = tuple(key_args)
+        else:
+            raise _fail(task_name, f"key_args must be 'all' or a list of names, not {key_args!r}")
+        return ArgumentsNamer(task_name, run, chosen)
+    if callable(name) or isinstance(name, str):
+        return CallNamer(name, run, where=f"task {task_name}")
+    raise _fail(task_name, f"'name' must be a template str or a callable, not {name!r}")
 
 
 __all__ = ["DEFAULT_QUEUED_TTL", "ON_BUSY", "SCOPES", "LockOptions", "parse"]

@@ -62,14 +62,6 @@ class Command(BaseCommand):
         sub = parser.add_subparsers(
             dest="subcommand", required=True, metavar="{list,inspect,release,run}"
         )
-
-        def connection(p: CommandParser) -> None:
-            p.add_argument(
-                "--connection",
-                default=None,
-                help="django-redis cache alias (default: REDISLOCK['CONNECTION']).",
-            )
-
         listing = sub.add_parser("list", help="List held locks (SCAN, never KEYS).")
         listing.add_argument(
             "--pattern",
@@ -77,13 +69,9 @@ class Command(BaseCommand):
             help="Glob over lock names, e.g. 'report:*' (default: every lock).",
         )
         listing.add_argument("--json", action="store_true", help="Print a JSON array.")
-        connection(listing)
-
         inspect = sub.add_parser("inspect", help="Show who holds one lock.")
         inspect.add_argument("name")
         inspect.add_argument("--json", action="store_true", help="Print a JSON object.")
-        connection(inspect)
-
         release = sub.add_parser("release", help="Force-release one lock.")
         release.add_argument("name")
         release.add_argument(
@@ -98,39 +86,18 @@ class Command(BaseCommand):
                 "a token may start with '-'."
             ),
         )
-        connection(release)
-
         run = sub.add_parser(
             "run",
             help="Run COMMAND only while holding lock NAME (exit 75 busy, 76 lost).",
             usage="manage.py redislock run NAME [options] -- COMMAND [ARG ...]",
         )
-        run.add_argument("name")
-        run.add_argument("--ttl", type=float, default=None, help="Lock TTL in seconds.")
-        run.add_argument(
-            "--on-busy",
-            choices=ON_BUSY,
-            default="error",
-            help="error: exit 75 naming the holder (default); skip: exit 0; "
-            "wait: up to --lock-timeout, then exit 75.",
-        )
-        run.add_argument(
-            "--lock-timeout",
-            type=float,
-            default=None,
-            help="Seconds to wait with --on-busy wait (default: as long as it takes).",
-        )
-        run.add_argument(
-            "--grace",
-            type=float,
-            default=10.0,
-            help="Seconds between SIGTERM and SIGKILL when the lock is lost, and for what "
-            "the command leaves running in its process group (default 10).",
-        )
-        # Filled by run_from_argv from what follows "--" (argparse cannot do it: a
-        # positional after NAME would swallow the options, or be matched empty at NAME).
-        run.add_argument("command", nargs="*", help=argparse.SUPPRESS)
-        connection(run)
+        _add_run_arguments(run)
+        for subparser in (listing, inspect, release, run):
+            subparser.add_argument(
+                "--connection",
+                default=None,
+                help="django-redis cache alias (default: REDISLOCK['CONNECTION']).",
+            )
 
     def run_from_argv(self, argv: list[str]) -> None:
         self._run_tail: list[str] | None = None
@@ -273,3 +240,31 @@ class Command(BaseCommand):
 
     def _json(self, data: Any) -> None:
         self.stdout.write(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+def _add_run_arguments(run: CommandParser) -> None:
+    run.add_argument("name")
+    run.add_argument("--ttl", type=float, default=None, help="Lock TTL in seconds.")
+    run.add_argument(
+        "--on-busy",
+        choices=ON_BUSY,
+        default="error",
+        help="error: exit 75 naming the holder (default); skip: exit 0; "
+        "wait: up to --lock-timeout, then exit 75.",
+    )
+    run.add_argument(
+        "--lock-timeout",
+        type=float,
+        default=None,
+        help="Seconds to wait with --on-busy wait (default: as long as it takes).",
+    )
+    run.add_argument(
+        "--grace",
+        type=float,
+        default=10.0,
+        help="Seconds between SIGTERM and SIGKILL when the lock is lost, and for what "
+        "the command leaves running in its process group (default 10).",
+    )
+    # Filled by run_from_argv from what follows "--" (argparse cannot do it: a
+    # positional after NAME would swallow the options, or be matched empty at NAME).
+    run.add_argument("command", nargs="*", help=argparse.SUPPRESS)
