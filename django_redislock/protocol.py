@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Generator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from redis.exceptions import RedisError
 
@@ -27,15 +27,38 @@ from .transactions import defer_release_to_commit
 from .transports.base import UNREACHABLE
 from .transports.replicated import NotReplicated
 
-if TYPE_CHECKING:
-    from .base import BaseLock
-
 acquire_logger = logging.getLogger("django_redislock.acquire")
 release_logger = logging.getLogger("django_redislock.release")
 
 
+class LockLike(Protocol):
+    """What the lifecycle needs of a lock (``BaseLock`` has it): its state, its rules for
+    who owns it and its errors. The operations themselves go through its ``_do_*`` hooks."""
+
+    name: str
+    token: str | None
+    ttl: float
+    _ttl_ms: int
+    valid_until: float | None
+
+    @property
+    def lost(self) -> bool: ...
+    def _resolve_wait(self, blocking: bool | None, timeout: float | None) -> float | None: ...
+    def _check_not_held(self) -> None: ...
+    def _owned_token(self, action: str) -> str: ...
+    def _took(self, token: str, fence: int, started: float, *, in_loop: bool = False) -> None: ...
+    def _forget(self) -> None: ...
+    def _after_release(self, released: bool) -> None: ...
+    def _release_after_transaction(self) -> None: ...
+    def _validity_of(self, seconds: float) -> float: ...
+    def _backend_error(self, exc: BaseException) -> RedisLockError: ...
+    def _not_owned(self, action: str) -> LockNotOwned: ...
+    def _replicas_missing(self, short: NotReplicated) -> RedisLockError: ...
+    def _not_replicated(self, short: NotReplicated) -> RedisLockError: ...
+
+
 def acquire(
-    lock: BaseLock, blocking: bool | None, timeout: float | None, *, loop: Any = None
+    lock: LockLike, blocking: bool | None, timeout: float | None, *, loop: Any = None
 ) -> Generator[Step, Any, bool]:
     """``acquire()``: try, wait (woken by a release or by backoff), try again, until the
     lock is ours (True) or the wait ran out (False). ``loop``: the caller's event loop
@@ -93,7 +116,7 @@ def acquire(
         attempts.close()
 
 
-def _cleanup_quietly(lock: BaseLock, token: str) -> Generator[Step, Any, None]:
+def _cleanup_quietly(lock: LockLike, token: str) -> Generator[Step, Any, None]:
     """Undo an attempt whose outcome is unknown; a failure is logged (the key expires)."""
     try:
         yield Send(lock, "_do_cleanup", (token,))
@@ -106,7 +129,7 @@ def _cleanup_quietly(lock: BaseLock, token: str) -> Generator[Step, Any, None]:
         )
 
 
-def _unclaim_quietly(lock: BaseLock, token: str) -> Generator[Step, Any, None]:
+def _unclaim_quietly(lock: LockLike, token: str) -> Generator[Step, Any, None]:
     """Drop this waiter's claim on the next turn; a failure is logged (the claim expires)."""
     try:
         yield Send(lock, "_do_unclaim", (token,))
@@ -114,7 +137,7 @@ def _unclaim_quietly(lock: BaseLock, token: str) -> Generator[Step, Any, None]:
         acquire_logger.info("Could not drop the claim on %r: %s", lock.name, exc)
 
 
-def release(lock: BaseLock) -> Generator[Step, Any, None]:
+def release(lock: LockLike) -> Generator[Step, Any, None]:
     """``release()``: compare-and-delete by this object's token; ``LockNotOwned`` if gone."""
     token = lock._owned_token("release")
     lock._forget()
@@ -125,7 +148,7 @@ def release(lock: BaseLock) -> Generator[Step, Any, None]:
     lock._after_release(released)
 
 
-def extend(lock: BaseLock, ttl: float | None) -> Generator[Step, Any, None]:
+def extend(lock: LockLike, ttl: float | None) -> Generator[Step, Any, None]:
     """``extend()``: reset the TTL to ``ttl`` (default: the lock's); ``LockNotOwned`` if gone."""
     ttl_ms = lock._ttl_ms if ttl is None else ttl_milliseconds(ttl)
     token = lock._owned_token("extend")
@@ -141,7 +164,7 @@ def extend(lock: BaseLock, ttl: float | None) -> Generator[Step, Any, None]:
     lock.valid_until = started + lock._validity_of(ttl_ms / 1000)
 
 
-def adopt(lock: BaseLock, token: str, *, in_loop: bool) -> Generator[Step, Any, bool]:
+def adopt(lock: LockLike, token: str, *, in_loop: bool) -> Generator[Step, Any, bool]:
     """``adopt()``: take over the lock held under ``token``; False if it no longer holds it."""
     if not isinstance(token, str) or not token:
         raise ValueError(f"token must be a non-empty str, not {token!r}")
@@ -161,7 +184,7 @@ def adopt(lock: BaseLock, token: str, *, in_loop: bool) -> Generator[Step, Any, 
 
 
 def exit_with(
-    lock: BaseLock, exc_type: type[BaseException] | None, *, defer_to_commit: bool
+    lock: LockLike, exc_type: type[BaseException] | None, *, defer_to_commit: bool
 ) -> Generator[Step, Any, None]:
     """The end of ``with`` / ``async with``: release (after the open database transaction,
     with ``defer_to_commit``); ``LockLost`` if the lock was lost while held, unless an
