@@ -1,13 +1,14 @@
 """Sync and async callers walk the same steps (engine step 3, DESIGN §8).
 
-The lifecycle (acquire, release, extend, adopt, the ``with`` exit) is written once and run
-by two drivers. Here a scripted transport answers a lock's operations from an in-memory
-model of its keys and records every operation sent. Each public call is run through both
-drivers, cleanly and then with a fault injected at every step: a lost reply (the server
-ran the operation, the client got a connection error), and for async callers a cancel at
-that step, a cancel that redis-py swallowed, and a cancel just after it. The walks (the
-operations sent, the result or the error) must be equal, and no call may end with a key or
-a claim of its token that the lock object does not know it holds.
+The lifecycle (acquire, release, extend, adopt, the ``with`` exit, an election's
+campaign and resignation) is written once and run by two drivers. Here a scripted
+transport answers a lock's operations from an in-memory model of its keys and records
+every operation sent. Each public call is run through both drivers, cleanly and then
+with a fault injected at every step: a lost reply (the server ran the operation, the
+client got a connection error), and for async callers a cancel at that step, a cancel
+that redis-py swallowed, and a cancel just after it. The walks (the operations sent, the
+result or the error) must be equal, and no call may end with a key or a claim of its
+token that the lock object does not know it holds.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from django_redislock import Lock
+from django_redislock import Election, Lock
 from django_redislock.kinds import Operation
 
 OTHER = "someone-else"
@@ -179,6 +180,15 @@ def _exit_with(lock: Any) -> None:
         pass
 
 
+def _election(lock: ScriptedLock) -> Election:
+    """An election whose terms are ``lock`` (already held if the set-up took it)."""
+    election = Election(lock.name)
+    election._new_lock = lambda timeout: lock  # type: ignore[method-assign]
+    if lock.token is not None:
+        election._lock = lock
+    return election
+
+
 CALLS: dict[str, tuple[Setup, list[str], Callable[[Any], Any], Callable[[Any], Any]]] = {
     "acquire": (_free, [], lambda lk: lk.acquire(), lambda lk: lk.aacquire()),
     "acquire-busy-once": (
@@ -202,6 +212,18 @@ CALLS: dict[str, tuple[Setup, list[str], Callable[[Any], Any], Callable[[Any], A
         lambda lk: lk.aadopt("handed-token"),
     ),
     "with": (_free, ["busy", "grant"], _exit_with, _aexit_with),
+    "campaign": (
+        _free,
+        ["busy", "grant"],
+        lambda lk: _election(lk).campaign(),
+        lambda lk: _election(lk).acampaign(),
+    ),
+    "resign": (
+        _held,
+        [],
+        lambda lk: _election(lk).resign(),
+        lambda lk: _election(lk).aresign(),
+    ),
 }
 
 
