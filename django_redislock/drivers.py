@@ -65,11 +65,11 @@ def run(call: Lifecycle[T]) -> T:
 
 
 def _wait(step: Wait) -> bool:
-    if step.waiter is None:
+    wakeup = step.wakeup
+    if wakeup is None:
         time.sleep(step.seconds)
         return False
-    wakeup = step.waiter.wakeup
-    assert isinstance(wakeup, ThreadWake), "a waiter registered without a loop"
+    assert isinstance(wakeup, ThreadWake), "a wake-up made without a loop"
     return wakeup.wait(step.seconds)
 
 
@@ -110,11 +110,11 @@ def _acall(step: Send) -> Any:
 
 
 async def _await_wait(step: Wait) -> bool:
-    if step.waiter is None:
+    wakeup = step.wakeup
+    if wakeup is None:
         await asyncio.sleep(step.seconds)
         return False
-    wakeup = step.waiter.wakeup
-    assert isinstance(wakeup, LoopWake), "a waiter registered with this loop"
+    assert isinstance(wakeup, LoopWake), "a wake-up made for this loop"
     return await wakeup.wait(step.seconds)
 
 

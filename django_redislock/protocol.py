@@ -102,7 +102,8 @@ def acquire(
                     yield from _unclaim_quietly(lock, token)
                 return False
             try:
-                yield Wait(pause, attempts.waiter)
+                waiter = attempts.waiter
+                yield Wait(pause, None if waiter is None else waiter.wakeup)
             except asyncio.CancelledError:
                 if attempts.waited_ms:
                     # Before the cancel completes: a release must not hand the lock to a

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
-    from .waiting import Waiter
+    from .waiting import LoopWake, ThreadWake
 
 
 class Send(NamedTuple):
@@ -34,10 +34,10 @@ _ASYNC_NAMES: dict[str, str] = {}
 
 
 class Wait(NamedTuple):
-    """Sleep up to ``seconds``, or until ``waiter`` (when there is one) is woken."""
+    """Sleep up to ``seconds``, or until ``wakeup`` (when there is one) is set."""
 
     seconds: float
-    waiter: Waiter | None
+    wakeup: ThreadWake | LoopWake | None
 
 
 Step = Send | Wait

@@ -25,9 +25,12 @@ import os
 import threading
 import weakref
 from collections.abc import Callable, Generator, Hashable
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from . import clock, signals
+from . import clock, drivers, signals
+from .steps import Send, Step, Wait
+from .waiting import LoopWake, ThreadWake
 
 if TYPE_CHECKING:
     from .transports.base import Transport
@@ -189,44 +192,66 @@ class _Schedule:
         return True
 
 
-class _ThreadWatchdog:
+class _Watchdog:
+    """The state one renewal loop (:func:`_renewals`) works on: its schedule, the guard of
+    the schedule and the wake-up a newly watched lock sets."""
+
+    schedule: _Schedule
+    guard: AbstractContextManager[Any]
+    wakeup: ThreadWake | LoopWake
+
+    def stopped(self) -> None:
+        """The loop ends (idle): called under the guard, so a watch() starts a new one."""
+
+    def unwatch(self, lock: Renewable) -> None:
+        with self.guard:
+            self.schedule.discard(lock)
+
+
+class _ThreadWatchdog(_Watchdog):
     """The process's renewal thread for locks taken with ``acquire()``."""
 
     def __init__(self) -> None:
         self.schedule = _Schedule()
-        self.cond = threading.Condition()
+        self.guard = threading.Lock()
+        self.wakeup = ThreadWake()
         self.thread: threading.Thread | None = None
 
     def watch(self, lock: Renewable) -> None:
-        with self.cond:
+        with self.guard:
             self.schedule.add(lock)
             if self.thread is None or not self.thread.is_alive():
                 self.thread = threading.Thread(
                     target=self._run, name="redislock-watchdog", daemon=True
                 )
                 self.thread.start()
-            self.cond.notify()
+        self.wakeup.set()
 
-    def unwatch(self, lock: Renewable) -> None:
-        with self.cond:
-            self.schedule.discard(lock)
+    def stopped(self) -> None:
+        self.thread = None
 
     def _run(self) -> None:
-        # The schedule is only touched under the condition; renewals run outside it. An
-        # idle wait starts in the same hold as the decision, so no watch() is missed.
-        cycle = _renewals(self.schedule)
-        outcomes: list[Any] | None = None
-        while True:
-            with self.cond:
-                try:
-                    step = cycle.send(outcomes)
-                    while isinstance(step, Idle):
-                        self.cond.wait(step.seconds)
-                        step = cycle.send(None)
-                except StopIteration:
-                    self.thread = None
-                    return
-            outcomes = _renew_batch(step)
+        drivers.run(_renewals(self))
+
+
+class _LoopWatchdog(_Watchdog):
+    """One renewal task per event loop for locks taken with ``aacquire()``."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.schedule = _Schedule()
+        self.guard = contextlib.nullcontext()  # one thread: the loop's
+        self.wakeup = LoopWake(loop)
+        self.task: asyncio.Task[None] | None = None
+
+    def watch(self, lock: Renewable) -> None:
+        self.schedule.add(lock)
+        if self.task is None or self.task.done():
+            self.task = self.loop.create_task(self._run(), name="redislock-watchdog")
+        self.wakeup.set()
+
+    async def _run(self) -> None:
+        await drivers.arun(_renewals(self))
 
 
 class Renew(NamedTuple):
@@ -236,36 +261,37 @@ class Renew(NamedTuple):
     orphans: list[_Entry]
 
 
-class Idle(NamedTuple):
-    """Nothing due: sleep up to ``seconds``, or until a lock is watched."""
-
-    seconds: float
-
-
-def _renewals(schedule: _Schedule) -> Generator[Renew | Idle, list[Any] | None, None]:
-    """The watchdog's loop, written once: the thread and the loop's task drive it. Ends
-    after ``IDLE_EXIT_SECONDS`` with nothing to renew."""
+def _renewals(dog: _Watchdog) -> Generator[Step, Any, None]:
+    """The watchdog's loop, written once (the thread runs it with ``drivers.run``, a loop's
+    task with ``drivers.arun``). The schedule is touched under ``dog.guard`` only, and
+    renewals run outside it; the wake-up is cleared before each decision, so a lock
+    watched after it cuts the wait short. Ends after ``IDLE_EXIT_SECONDS`` idle."""
+    schedule = dog.schedule
     idle_since: float | None = None
     while True:
-        now = clock.now()
-        due, orphans = schedule.take_due(now)
-        due = [(e, lock) for e, lock in due if not schedule.past_max_hold(e, lock, now)]
+        with dog.guard:
+            dog.wakeup.clear()
+            now = clock.now()
+            due, orphans = schedule.take_due(now)
+            due = [(e, lock) for e, lock in due if not schedule.past_max_hold(e, lock, now)]
+            next_due = schedule.next_due()
+            if not (due or orphans) and next_due is None:
+                idle_since = idle_since or now
+                if now - idle_since >= IDLE_EXIT_SECONDS:
+                    dog.stopped()
+                    return
         if due or orphans:
             idle_since = None
             started = clock.now()
-            outcomes = yield Renew(due, orphans)
-            for (entry, lock), outcome in zip(due, outcomes or (), strict=True):
-                schedule.settle(entry, lock, outcome, started)
-            continue
-        next_due = schedule.next_due()
-        if next_due is None:
-            idle_since = idle_since or now
-            if now - idle_since >= IDLE_EXIT_SECONDS:
-                return
-            yield Idle(IDLE_EXIT_SECONDS)
+            outcomes = yield Send(_Renewer, "renew", (Renew(due, orphans),))
+            with dog.guard:
+                for (entry, lock), outcome in zip(due, outcomes, strict=True):
+                    schedule.settle(entry, lock, outcome, started)
+        elif next_due is None:
+            yield Wait(IDLE_EXIT_SECONDS, dog.wakeup)
         else:
             idle_since = None
-            yield Idle(max(0.0, next_due - now))
+            yield Wait(max(0.0, next_due - now), dog.wakeup)
 
 
 def _groups(due: list[tuple[_Entry, Renewable]]) -> list[list[int]]:
@@ -322,6 +348,13 @@ async def _arenew_batch(step: Renew) -> list[Any]:
     return _spread(step.due, groups, list(results))
 
 
+class _Renewer:
+    """A renewal batch each way: ``renew`` for the thread, ``arenew`` for a loop's task."""
+
+    renew = staticmethod(_renew_batch)
+    arenew = staticmethod(_arenew_batch)
+
+
 def _release_orphans(orphans: list[_Entry]) -> None:
     for entry in orphans:
         transport, op = entry.release
@@ -329,41 +362,6 @@ def _release_orphans(orphans: list[_Entry]) -> None:
             transport.call(op)
         except Exception as exc:  # it expires by its TTL anyway
             logger.info("Could not release a garbage-collected lock: %s", exc)
-
-
-class _LoopWatchdog:
-    """One renewal task per event loop for locks taken with ``aacquire()``."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.schedule = _Schedule()
-        self.wake = asyncio.Event()
-        self.task: asyncio.Task[None] | None = None
-
-    def watch(self, lock: Renewable) -> None:
-        self.schedule.add(lock)
-        if self.task is None or self.task.done():
-            self.task = self.loop.create_task(self._run(), name="redislock-watchdog")
-        self.wake.set()
-
-    def unwatch(self, lock: Renewable) -> None:
-        self.schedule.discard(lock)
-
-    async def _run(self) -> None:
-        cycle = _renewals(self.schedule)
-        outcomes: list[Any] | None = None
-        while True:
-            try:
-                step = cycle.send(outcomes)
-            except StopIteration:
-                return
-            outcomes = None
-            if isinstance(step, Renew):
-                outcomes = await _arenew_batch(step)
-                continue
-            self.wake.clear()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), step.seconds)
 
 
 _thread_watchdog = _ThreadWatchdog()
