@@ -145,7 +145,6 @@ class Redlock(BaseLock):
         #: Seconds one node may take to give a ready connection (see connect_budget).
         self.connect_timeout = connect_budget(self.ttl, self.node_timeout)
         self._deadlines = Deadlines(self.node_timeout, self.connect_timeout)
-        self.drift = clock_drift(self.ttl)
         # No claims, no hand-over: Redlock waiters take turns by retrying.
         self.ops = Mutex.of(self, claim_ms=None, hand_over=False)
         self._nodes = Nodes(self.name, self.connections, self._deadlines, self.validity)
@@ -224,7 +223,7 @@ class Redlock(BaseLock):
             if self.fencing:
                 fence = max(grants.values())
                 written = await self._write_back(token, fence, grants)
-            if written and clock.now() - started < self.ttl - self.drift:
+            if written and clock.now() - started < self.validity:
                 return Granted(fence)
             acquire_logger.debug(
                 "Redlock %r: majority granted but %s", self.name,
@@ -428,8 +427,7 @@ class Redlock(BaseLock):
         raise NotImplementedError("Redlock cannot adopt a lock (yet: engine step 4)")
 
     async def _ado_holder_fence(self, token: str) -> int | None:
-        self._do_holder_fence(token)
-        return None  # pragma: no cover - raised above
+        return self._do_holder_fence(token)  # raises, as the sync hook does
 
     def _wake_alias(self) -> str | None:
         # Every node publishes on release; one subscription (the first node) is enough,
