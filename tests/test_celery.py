@@ -383,7 +383,9 @@ def test_acks_late_redelivery_does_not_run_one_key_twice(
     second worker: without the lock both run at once, which the checker must see."""
     log = tmp_path / "events.log"
     queue = f"late-{uuid.uuid4().hex[:6]}"
-    spare_workers(queue, 2, **{celery_app.VISIBILITY_ENV: "1"})
+    spare_workers(queue, 2, **{celery_app.VISIBILITY_ENV: "1", celery_app.QUEUE_ENV: queue})
+    with celery.server.client() as client:  # what a worker killed mid-sweep leaves behind
+        client.set("unacked_mutex", "stale", ex=60)  # the shared default mutex, held
     getattr(celery_app, task).apply_async(("k", str(log)), queue=queue)
 
     def events(kind: str) -> list[list[str]]:

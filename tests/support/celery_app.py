@@ -57,11 +57,18 @@ def configure(url: str) -> None:
 #: Seconds after which the broker hands an unacknowledged message to another worker (set
 #: only for the workers of the ``acks_late`` test; Celery's default is an hour).
 VISIBILITY_ENV = "REDISLOCK_CELERY_VISIBILITY"
+#: The queue of those workers: their redelivery sweeps take a mutex of its own.
+QUEUE_ENV = "REDISLOCK_CELERY_QUEUE"
 if os.environ.get(VISIBILITY_ENV):
     app.conf.broker_transport_options = {
         "visibility_timeout": float(os.environ[VISIBILITY_ENV]),
         "unacked_restore_interval": 0.2,
         "unacked_restore_throttle": 1,
+        # kombu sweeps under one mutex per database (expiring after 300 s): a worker the
+        # test kills mid-sweep would leave it held and stop every later redelivery. A
+        # mutex of this worker's queue, short-lived, keeps one test from blocking the next.
+        "unacked_mutex_key": f"unacked_mutex:{os.environ.get(QUEUE_ENV, '')}",
+        "unacked_mutex_expire": 5,
     }
 
 if URL_ENV in os.environ:  # a worker process
