@@ -182,6 +182,29 @@ class PotteryLock:
         self._lock.release()
 
 
+class SequentialRedlock:
+    """The naive Redlock: ``SET NX PX`` on each node one after the other, a majority wins;
+    compare-and-delete on each node one after the other. No fences, no clock-drift
+    margin, no retry: the reference a parallel Redlock has to beat."""
+
+    def __init__(self, clients: list[redis.Redis], name: str, ttl: float) -> None:
+        self._locks = [RawLock(client, name, ttl) for client in clients]
+        self._quorum = len(clients) // 2 + 1
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        granted = [lock for lock in self._locks if lock.acquire(blocking=False)]
+        if len(granted) >= self._quorum:
+            return True
+        for lock in granted:
+            lock.release()
+        return False
+
+    def release(self) -> None:
+        for lock in self._locks:
+            if lock._token is not None:
+                lock.release()
+
+
 # --------------------------------------------------------------------------- ours
 
 
@@ -392,6 +415,16 @@ def redlock_peers() -> dict[str, Peer]:
         return ours_skip_reason() or ours_feature("Redlock")
 
     return {
+        "raw-node0": Peer(
+            "raw-node0",
+            "raw SET NX + EVALSHA, node 0 alone (one round trip each)",
+            lambda t, n, ttl: RawLock(client_for(t.redlock_urls[0]), n, ttl),
+        ),
+        "sequential-5": Peer(
+            "sequential-5",
+            "sequential reference (5 nodes, one after the other)",
+            lambda t, n, ttl: SequentialRedlock([client_for(u) for u in t.redlock_urls], n, ttl),
+        ),
         "pottery-5": Peer(
             "pottery-5",
             "pottery Redlock (5 nodes)",

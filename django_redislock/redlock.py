@@ -59,6 +59,7 @@ from .transports.nodes import (
     script_op,
     validate_connections,
 )
+from .transports.quorum import Quorum
 
 logger = logging.getLogger("django_redislock.redlock")
 acquire_logger = logging.getLogger("django_redislock.acquire")
@@ -147,10 +148,10 @@ class Redlock(BaseLock):
         self._deadlines = Deadlines(self.node_timeout, self.connect_timeout)
         # No claims, no hand-over: Redlock waiters take turns by retrying.
         self.ops = Mutex.of(self, claim_ms=None, hand_over=False)
+        self.transport = Quorum(self.name, self.connections, self._deadlines)
         self._nodes = Nodes(self.name, self.connections, self._deadlines, self.validity)
-        self.transport = self._nodes
         # This object's last call per node, so the next one queues behind it.
-        self._inflight = self._nodes.inflight
+        self._inflight = self._nodes.inflight = self.transport.inflight
         # (base token of the acquire call, token of its current attempt, jitter before retry)
         self._attempt: tuple[str, str, float] | None = None
         # Whether the lock being released was still valid when its release began.
@@ -387,10 +388,6 @@ class Redlock(BaseLock):
         )  # fmt: skip
         return True
 
-    async def _extend(self, token: str, ttl_ms: int) -> bool:
-        op = self.ops.extend(token, ttl_ms)
-        return await self._nodes.acall(op, validity=self._validity_of(ttl_ms / 1000))
-
     def _raise_if_too_few(self, results: dict[str, Any], action: str) -> None:
         self._nodes.raise_if_too_few(results, action)
 
@@ -399,12 +396,6 @@ class Redlock(BaseLock):
 
     async def _ado_release(self, token: str) -> bool:
         return await self._release(token)
-
-    def _do_extend(self, token: str, ttl_ms: int) -> bool:
-        return bool(run_sync(self._extend(token, ttl_ms)))
-
-    async def _ado_extend(self, token: str, ttl_ms: int) -> bool:
-        return await self._extend(token, ttl_ms)
 
     def _backend_error(self, exc: BaseException) -> RedisLockError:
         if isinstance(exc, RedisLockError):

@@ -88,6 +88,7 @@ def run(ctx: Context) -> Section:
         row.append(f"{fast / base:.2f}x" if base and fast == fast else "-")
         table.rows.append(row)
     section.tables.append(table)
+    section.notes.extend(_ratios(values, [c for c, _, _ in conditions], peers))
     section.notes.append(
         "The raw row is one node, never behind the proxy: its figure is the same reference "
         "in every column (measured each time, so it also shows drift)."
@@ -95,3 +96,37 @@ def run(ctx: Context) -> Section:
     for key, reason in failed.items():
         section.notes.append(f"{key}: failed, {reason}")
     return section
+
+
+def _ratios(
+    values: dict[tuple[str, str], list[float]], conditions: list[str], peers: list[Peer]
+) -> list[str]:
+    """The issue-36 targets, per Redlock peer: against the sequential reference in every
+    round (all fast, direct), one slow node against all fast and all slow against one slow
+    round trip (raw on node 0 alone, slow)."""
+    notes = []
+    fast, via, one, every = conditions[0], "all fast (via proxy)", "one slow", "all slow"
+    for peer in peers:
+        if not peer.key.startswith(("ours-redlock", "pottery-5")):
+            continue
+        ours, seq = values.get((fast, peer.key), []), values.get((fast, "sequential-5"), [])
+        parts = []
+        if ours and len(ours) == len(seq):
+            per_round = ", ".join(f"{a / b:.2f}" for a, b in zip(ours, seq, strict=True))
+            parts.append(f"vs sequential per round {per_round}")
+        raw = median(values.get((fast, "raw"), []))
+        if ours and raw > 0:
+            parts.append(f"vs one raw cycle {median(ours) / raw:.2f}x")
+        pairs = [
+            ("one slow vs all fast", one, via, peer.key),
+            ("all slow vs raw node 0 slow", every, every, "raw-node0"),
+        ]
+        for label, cond, base_cond, base_key in pairs:
+            a, b = (
+                median(values.get((cond, peer.key), [])),
+                median(values.get((base_cond, base_key), [])),
+            )
+            if cond in conditions and a > 0 and b > 0:  # NaN when missing
+                parts.append(f"{label} {a / b:.2f}x")
+        notes.append(f"{peer.label}: " + "; ".join(parts))
+    return notes

@@ -162,7 +162,9 @@ class Mutex:
             waited_ms if claims else 0,
             self.claim_ms if claims else 0,
         )
-        return Operation(ACQUIRE, self._acquire_keys, args, parse_acquire, durable=True)
+        return Operation(
+            ACQUIRE, self._acquire_keys, args, parse_acquire, durable=True, ttl_ms=self.ttl_ms
+        )
 
     def release(self, token: str) -> Operation:
         """Compare-token-and-delete, waking (or handing over to) the waiters: True if ours."""
@@ -171,7 +173,7 @@ class Mutex:
     def extend(self, token: str, ttl_ms: int | None = None) -> Operation:
         """Reset the TTL if ``token`` still holds the lock: True if it did."""
         ttl = self.ttl_ms if ttl_ms is None else ttl_ms
-        return Operation(EXTEND, self._extend_keys, (token, ttl), is_one, durable=True)
+        return Operation(EXTEND, self._extend_keys, (token, ttl), is_one, durable=True, ttl_ms=ttl)
 
     def unclaim(self, token: str) -> Operation:
         """A waiter leaves: drop its claim (or release what was handed to it meanwhile)."""

@@ -19,6 +19,9 @@ class Operation(NamedTuple):
     parse: Callable[[Any], Any]
     #: It gives or keeps ownership: a replicated transport waits for replicas after it.
     durable: bool = False
+    #: For how long it gives ownership (ms): a quorum transport trusts the majority's
+    #: answer for this long, less the clock-drift margin.
+    ttl_ms: int | None = None
 
 
 def is_one(reply: Any) -> bool:
