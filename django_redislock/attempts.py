@@ -71,10 +71,11 @@ class Attempts:
         if self.waiter is not None:
             self.waiter.clear()
 
-    def won(self, fence: int, started: float) -> bool:
+    def won(self, fence: int, started: float, token: str | None = None) -> bool:
+        """The lock is ours: under our token, or the one the winning attempt wrote."""
         if self.waiter is not None:
             self.waiter.acquired = True
-        self.lock._took(self.token, fence, started, in_loop=self.loop is not None)
+        self.lock._took(token or self.token, fence, started, in_loop=self.loop is not None)
         return True
 
     def live_hand_off(self) -> tuple[int, float] | None:

@@ -21,6 +21,7 @@ import os
 import random
 import threading
 import weakref
+from collections.abc import Callable
 from functools import cache
 from typing import Any
 
@@ -358,8 +359,19 @@ def _forget_after_fork() -> None:
 os.register_at_fork(after_in_child=_forget_after_fork)
 
 
+#: Called after :func:`reset_clients` (modules with connections of their own).
+_reset_hooks: list[Callable[[], None]] = []
+
+
+def on_reset(hook: Callable[[], None]) -> None:
+    """Call ``hook`` whenever the cached clients are dropped (settings changed)."""
+    _reset_hooks.append(hook)
+
+
 def reset_clients() -> None:
     """Forget every cached client (settings changed, or tests)."""
+    for hook in _reset_hooks:
+        hook()
     with _lock:
         for client in _sync_clients.values():
             with contextlib.suppress(Exception):

@@ -95,7 +95,7 @@ def acquire(
             except RedisError as exc:
                 raise lock._backend_error(exc) from exc
             if isinstance(attempt, Granted):
-                return attempts.won(attempt.fence, started)
+                return attempts.won(attempt.fence, started, attempt.token)
             pause = attempts.next_pause(attempt, started)
             if pause is None:
                 if attempts.waited_ms:

@@ -40,6 +40,8 @@ class Granted(NamedTuple):
 
     #: The holder's fence (0 without fencing).
     fence: int
+    #: The token the attempt wrote, when not the caller's (Redlock: one per attempt).
+    token: str | None = None
 
 
 class Busy(NamedTuple):

@@ -28,7 +28,7 @@ from typing import Any
 import redis
 from redis.exceptions import ResponseError
 
-from ..connection import lock_client, park_inherited
+from ..connection import lock_client, on_reset, park_inherited
 
 _SOCKET_CLASSES = (redis.Connection, redis.SSLConnection, redis.UnixDomainSocketConnection)
 #: Idle connections kept per node; more are closed as they come back.
@@ -47,11 +47,13 @@ class Owed:
 class NodePool:
     """Idle connections to one node, and how to make a new one."""
 
-    __slots__ = ("client", "connection_class", "idle", "kwargs", "loaded", "lock")
+    __slots__ = ("client", "connection_class", "idle", "kwargs", "loaded", "lock", "retired")
 
     def __init__(self, client: Any, connection_class: type, kwargs: dict[str, Any]) -> None:
         self.client, self.connection_class, self.kwargs = client, connection_class, kwargs
         self.idle: list[Any] = []
+        # The settings changed: connections that come back are closed, not pooled.
+        self.retired = False
         self.loaded: set[str] = set()  # script SHAs this node has, as far as we know
         self.lock = threading.Lock()
 
@@ -71,7 +73,7 @@ class NodePool:
 
     def give_back(self, conn: Any) -> None:
         with self.lock:
-            if len(self.idle) < MAX_IDLE:
+            if not self.retired and len(self.idle) < MAX_IDLE:
                 self.idle.append(conn)
                 return
         conn.disconnect()
@@ -98,6 +100,7 @@ class NodePool:
 
     def close(self) -> None:
         with self.lock:
+            self.retired = True
             idle, self.idle = self.idle, []
         for conn in idle:
             conn.disconnect()
@@ -136,6 +139,19 @@ def pool_of(alias: str) -> NodePool | None:
                 pool.close()
             pool = _pools[alias] = NodePool(client, *built)
         return pool
+
+
+def _retire_all() -> None:
+    """The settings changed: every node pool closes its idle connections, and those of
+    calls still running when they come back."""
+    with _lock:
+        pools = list(_pools.values()) if _pid == os.getpid() else []
+        _pools.clear()
+    for pool in pools:
+        pool.close()
+
+
+on_reset(_retire_all)
 
 
 def _forget_if_forked() -> None:

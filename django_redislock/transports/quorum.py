@@ -20,12 +20,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
+import secrets
 from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
 from .. import clock, drivers, leases
 from ..exceptions import LockBackendUnavailable, LockConfigurationError
-from ..kinds import Operation
+from ..kinds import Mutex, Operation
+from ..kinds.mutex import Attempt, Busy, Granted, HolderState, parse_acquire
+from ..kinds.operation import text
+from ..scripts import ACQUIRE, RELEASE
 from ..steps import Send, Step
 from . import exchange as sync_exchange
 from .base import acall_each, call_each
@@ -136,16 +141,24 @@ class Quorum:
         "connections",
         "deadlines",
         "inflight",
+        "kind",
         "name",
         "quorum",
+        "releasing_valid",
         "threaded",
         "tokens",
     )
 
-    def __init__(self, name: str, connections: tuple[str, ...], deadlines: Deadlines) -> None:
+    def __init__(
+        self, name: str, connections: tuple[str, ...], deadlines: Deadlines, kind: Mutex
+    ) -> None:
         self.name, self.connections, self.deadlines = name, connections, deadlines
+        #: The kind whose operations it sends (an acquire needs a fresh one per attempt).
+        self.kind = kind
         #: How many nodes make a majority.
         self.quorum = len(connections) // 2 + 1
+        #: token -> still valid when its release began (the lock tells, see release)
+        self.releasing_valid: dict[str, bool] = {}
         # The lock's last call per node, so the next one queues behind it: a connection
         # still owed a reply (sync) or a task (async).
         self.behind: dict[str, Any] = {}
@@ -194,17 +207,201 @@ class Quorum:
         finally:
             ex.close()
         if count(results, 1) >= quorum:
-            return op.ttl_ms is None or clock.now() - started < validity_of(op.ttl_ms / 1000)
+            return op.ttl_ms is None or self._trust(op, started)
         self.raise_if_too_few(results, op.script.name)
         return False
 
-    def call(self, op: Operation) -> bool:
-        """:meth:`settle` for a sync caller."""
-        return bool(drivers.run(self.settle(op)))
+    def steps(self, op: Operation) -> Generator[Step, Any, Any]:
+        """The steps of ``op`` on the nodes: an acquire attempt, a release, or a call a
+        majority settles by saying 1 or 0."""
+        if op.script is ACQUIRE:
+            return self.acquire(op.args[0])
+        if op.script is RELEASE:
+            return self.release(op.args[0])
+        return self.settle(op)
 
-    async def acall(self, op: Operation) -> bool:
-        """:meth:`settle` for an async caller."""
-        return bool(await drivers.arun(self.settle(op)))
+    def call(self, op: Operation) -> Any:
+        """Run ``op`` on the nodes from this thread (see :meth:`steps`)."""
+        return drivers.run(self.steps(op))
+
+    async def acall(self, op: Operation) -> Any:
+        """Run ``op`` on the nodes from the running event loop (see :meth:`steps`)."""
+        return await drivers.arun(self.steps(op))
+
+    def holders_of(self, key: str) -> dict[str, tuple[str | None, int]]:
+        """:meth:`holders` from this thread."""
+        return dict(drivers.run(self.holders(key)))
+
+    async def aholders_of(self, key: str) -> dict[str, tuple[str | None, int]]:
+        """:meth:`holders` from the running event loop."""
+        return dict(await drivers.arun(self.holders(key)))
+
+    # -- acquire ------------------------------------------------------------------------
+    def acquire(self, base_token: str) -> Generator[Step, Any, Attempt]:
+        """One attempt: Granted (with the token it wrote) or Busy; unavailable when too
+        few nodes answered. A fresh token per attempt: a late clean-up of one attempt
+        can never delete the next one's key."""
+        token = self.tokens[base_token] = secrets.token_urlsafe(16)
+        op = self.kind.acquire(token)
+        quorum, total = self.quorum, len(self.connections)
+
+        def enough(results: dict[str, Any]) -> bool:
+            granted = sum(1 for r in results.values() if granted_by(r))
+            return granted >= quorum or len(results) - granted > total - quorum
+
+        ex = yield Send(self, "open", ())
+        try:
+            started = clock.now()
+            first = yield Send(ex, "send", (script_op(op),))
+            results = yield Send(ex, "gather", (first, enough))
+            grants = {alias: int(r[1]) for alias, r in results.items() if granted_by(r)}
+            if len(grants) >= quorum:
+                fence, written = 0, True
+                if self.kind.fencing:
+                    fence = max(grants.values())
+                    written = yield from self._write_back(ex, token, fence, grants)
+                if written and self._trust(op, started):
+                    del self.tokens[base_token]
+                    return Granted(fence, token)
+                acquire_logger.debug(
+                    "Redlock %r: majority granted but %s", self.name,
+                    "the fence write-back failed" if not written else "no validity left",
+                )  # fmt: skip
+            acquire_logger.debug(
+                "Redlock %r attempt failed: %s", self.name,
+                {alias: describe(r) if failed(r) else r for alias, r in results.items()},
+            )  # fmt: skip
+            del self.tokens[base_token]  # undone here: no later clean-up needs it
+            return (yield from self._refused(ex, token, results, first, started))
+        except BaseException:
+            if isinstance(ex, sync_exchange.Exchange):
+                # Interrupted (KeyboardInterrupt...): the undo is written behind the acquire.
+                ex.send(script_op(self.kind.release(token)))
+            raise
+        finally:
+            ex.close()
+
+    @staticmethod
+    def _trust(op: Operation, started: float) -> bool:
+        """Did the majority's answer come within the validity of what ``op`` grants?"""
+        return clock.now() - started < validity_of((op.ttl_ms or 0) / 1000)
+
+    def _write_back(
+        self, ex: Any, token: str, fence: int, grants: dict[str, int]
+    ) -> Generator[Step, Any, bool]:
+        """Make counter >= fence hold on a majority of nodes where our token holds."""
+        lagging = [alias for alias, counter in grants.items() if counter < fence]
+        need = self.quorum - (len(grants) - len(lagging))
+        if not lagging:
+            return need <= 0
+        op = script_op(self.kind.fence_raise(token, fence))
+        round_no = yield Send(ex, "send", (op, lagging))
+        if need <= 0:
+            return True  # already held on a majority: the others are raised without waiting
+
+        def enough(results: dict[str, Any]) -> bool:
+            ok = count(results, 1)
+            return ok >= need or len(results) - ok > len(lagging) - need
+
+        results = yield Send(ex, "gather", (round_no, enough))
+        return count(results, 1) >= need
+
+    def _refused(
+        self, ex: Any, token: str, results: dict[str, Any], first: int, started: float
+    ) -> Generator[Step, Any, Busy]:
+        """After a failed attempt: our token deleted everywhere (each delete behind that
+        node's acquire); Busy, or unavailable."""
+        quorum = self.quorum
+        clean = yield Send(ex, "send", (script_op(self.kind.release(token)),))
+        answered = [alias for alias, r in results.items() if not failed(r)]
+        pending = [alias for alias in self.connections if alias not in results]
+        if len(answered) < quorum <= len(answered) + len(pending):
+            # Not enough answers yet to tell "busy" from "unavailable": wait for them.
+            results = yield Send(ex, "gather", (first, None))
+            answered = [alias for alias, r in results.items() if not failed(r)]
+        if answered:  # the nodes that answered are cleaned before we return
+            cleaned = yield Send(ex, "gather", (clean, lambda r: all(a in r for a in answered)))
+            self._log_cleanup_failures(cleaned)
+        if len(answered) < quorum:
+            raise too_few_answered(self, answered, results)
+        held = sorted(
+            int(r[1]) for r in results.values() if not failed(r) and not granted_by(r) and r[1] > 0
+        )
+        if len(held) >= quorum:  # a holder has a majority: wait for it
+            return Busy(held[0], None, majority_busy_holder(results, held[0], quorum))
+        # A split vote (or no validity left): retry after a random delay, so that
+        # competing clients do not collide again.
+        elapsed = clock.now() - started
+        spread = min(max(3 * elapsed, 0.001), self.kind.ttl_ms / 10_000)
+        return Busy(max(1, round(random.uniform(0, spread) * 1000)))
+
+    def _log_cleanup_failures(self, cleaned: dict[str, Any]) -> None:
+        for alias, result in cleaned.items():
+            if failed(result):
+                acquire_logger.info(
+                    "Redlock %r: could not clean up on %s (%s); the key expires in %.3fs",
+                    self.name, alias, describe(result), self.kind.ttl_ms / 1000,
+                )  # fmt: skip
+
+    # -- release ------------------------------------------------------------------------
+    def release(self, token: str) -> Generator[Step, Any, bool]:
+        """True when released: on a majority, or, within validity, unless a majority of
+        the nodes says another holder (or nobody) has the key.
+
+        Within validity the lock was ours on a majority; a node that did not answer
+        keeps our key until its TTL, and one that reports "not ours" never had it (or
+        lost it alone): neither makes the holder a non-owner. Past validity a majority
+        has to confirm the release. (A clean-up after an attempt releases the token
+        that attempt wrote.)
+        """
+        token = self.tokens.pop(token, token)
+        valid = self.releasing_valid.pop(token, False)
+        quorum = self.quorum
+
+        def enough(results: dict[str, Any]) -> bool:
+            return count(results, 1) >= quorum or count(results, 0) >= quorum
+
+        ex = yield Send(self, "open", ())
+        try:
+            round_no = yield Send(ex, "send", (script_op(self.kind.release(token)),))
+            results = yield Send(ex, "gather", (round_no, enough))
+        finally:
+            ex.close()
+        released = count(results, 1)
+        if released >= quorum:
+            return True
+        self.raise_if_too_few(results, "release")
+        if not valid or count(results, 0) >= quorum:
+            return False
+        silent = [a for a in self.connections if a not in results or failed(results[a])]
+        refused = [a for a in self.connections if a in results and results[a] == 0]
+        logger.warning(
+            "Redlock %r released on %d of %d nodes within its validity; not ours on %s; "
+            "no answer from %s, where our key stays until its TTL (%.3fs at most)",
+            self.name, released, len(self.connections), refused or "none",
+            [f"{a} ({describe(results.get(a))})" for a in silent] or "none",
+            self.kind.ttl_ms / 1000,
+        )  # fmt: skip
+        return True
+
+    # -- queries ------------------------------------------------------------------------
+    def holders(self, key: str) -> Generator[Step, Any, dict[str, tuple[str | None, int]]]:
+        """(token, pttl ms) of ``key`` per node that answered; LockBackendUnavailable
+        below a majority."""
+        ex = yield Send(self, "open", ())
+        try:
+            round_no = yield Send(ex, "send", (leases.GetAndPttl(key),))
+            results = yield Send(ex, "gather", (round_no, None))
+        finally:
+            ex.close()
+        state = {
+            alias: (None if r[0] is None else text(r[0]), int(r[1]))
+            for alias, r in results.items()
+            if not failed(r)
+        }
+        if len(state) < self.quorum:
+            self.raise_if_too_few(results, "query")
+        return state
 
     @property
     def renew_group(self) -> None:
@@ -232,6 +429,43 @@ class Quorum:
                 lock_name=self.name,
                 aliases=missing,
             ) from first_error(results)
+
+
+def granted_by(result: Any) -> bool:
+    """A node's acquire reply says it granted."""
+    return not failed(result) and int(result[0]) == 1
+
+
+def majority_busy_holder(results: dict[str, Any], pttl_ms: int, quorum: int) -> HolderState | None:
+    """The holder that refused us on a majority of the nodes (from their replies)."""
+    seen: dict[str, list[HolderState]] = {}
+    for result in results.values():
+        if failed(result) or granted_by(result):
+            continue
+        holder = parse_acquire(result)
+        if isinstance(holder, Busy) and holder.holder is not None:
+            seen.setdefault(holder.holder.token, []).append(holder.holder)
+    for holders in seen.values():
+        if len(holders) >= quorum:
+            return holders[0]._replace(pttl_ms=pttl_ms)
+    return None
+
+
+def too_few_answered(
+    quorum: Quorum, answered: list[str], results: dict[str, Any]
+) -> LockBackendUnavailable:
+    """Fewer than a majority answered an acquire: unavailable, naming the silent nodes."""
+    missing = [alias for alias in quorum.connections if alias not in answered]
+    errors = {alias: results.get(alias) for alias in missing}
+    error = LockBackendUnavailable(
+        f"Redlock {quorum.name!r}: only {len(answered)} of {len(quorum.connections)} nodes "
+        f"answered, {quorum.quorum} needed; unreachable: "
+        + ", ".join(f"{alias} ({describe(errors[alias])})" for alias in missing),
+        lock_name=quorum.name,
+        aliases=missing,
+    )
+    error.__cause__ = first_error({a: e for a, e in errors.items() if e is not None})
+    return error
 
 
 __all__ = ["AsyncExchange", "LoopExchange", "Quorum", "clock_drift", "validity_of"]

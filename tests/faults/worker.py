@@ -74,10 +74,10 @@ def main(config: dict[str, Any]) -> int:
 
     if point == "during_renewal":
         # The watchdog renews through the lock's transport (a batch of extend operations).
-        from django_redislock.redlock import Nodes
+        from django_redislock.transports.quorum import Quorum
         from django_redislock.transports.single import SingleNode
 
-        transport_cls: Any = Nodes if redlock else SingleNode
+        transport_cls: Any = Quorum if redlock else SingleNode
         original = transport_cls.call_many
         state = {"paused": False}
 
