@@ -156,12 +156,6 @@ class Redlock(BaseLock):
     async def _ado_unclaim(self, token: str) -> None:
         """Nothing to drop (see :meth:`_do_unclaim`)."""
 
-    def _do_holder_fence(self, token: str) -> int | None:
-        raise NotImplementedError("Redlock cannot adopt a lock (yet: engine step 4)")
-
-    async def _ado_holder_fence(self, token: str) -> int | None:
-        return self._do_holder_fence(token)  # raises, as the sync hook does
-
     def _wake_alias(self) -> str | None:
         # Every node publishes on release; one subscription (the first node) is enough,
         # and waits stay bounded by the holder's TTL if that node is down.

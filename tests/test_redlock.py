@@ -597,3 +597,133 @@ def test_a_forked_child_leaves_the_parents_connections_alone(cluster):
     for _ in range(3):
         with Redlock("fork", ttl=5, node_timeout=NT) as lock:
             assert lock.fence is not None
+
+
+# -- adopt (the quorum transport reads the holder on a majority) -------------------------
+def test_adopt_takes_over_a_redlock_held_on_a_majority(cluster):
+    c = cluster(3)
+    first = Redlock("adopt", ttl=5, node_timeout=NT)
+    assert first.acquire(timeout=0)
+    second = Redlock("adopt", ttl=5, node_timeout=NT)
+    assert second.adopt(first.token)
+    assert second.fence == first.fence and second.owned()
+    c.clients[0].delete(key("adopt"))  # one node lost it: the majority still holds
+    second.release()
+    assert c.holders("adopt") == 0
+    # gone from a majority: nothing to adopt, and nothing changed
+    third = Redlock("adopt", ttl=5, node_timeout=NT)
+    assert third.acquire(timeout=0)
+    token = third.token
+    c.clients[0].delete(key("adopt"))
+    c.clients[1].delete(key("adopt"))
+    assert not Redlock("adopt", ttl=5, node_timeout=NT).adopt(token)
+
+
+def test_aadopt_takes_over_a_redlock(cluster):
+    cluster(3)
+
+    async def scenario() -> None:
+        first = Redlock("aadopt", ttl=5, node_timeout=NT)
+        assert await first.aacquire(timeout=0)
+        second = Redlock("aadopt", ttl=5, node_timeout=NT)
+        assert await second.aadopt(first.token)
+        assert second.fence == first.fence
+        await second.arelease()
+        assert not await second.alocked()
+
+    asyncio.run(scenario())
+
+
+# -- nodes that misbehave (issue 36): the majority rule and the clean-up hold ----------------
+@pytest.fixture
+def misbehaving(cluster, settings):
+    """``misbehaving(*modes)``: 3 nodes, the last ``len(modes)`` replaced by scripted
+    nodes (:class:`ScriptedNode` modes) or, for ``"late"``, a proxy answering past the
+    deadline. Returns (cluster, {alias: port of the misbehaving node})."""
+    from tests.support.scripted_node import ScriptedNode
+
+    made: list[ScriptedNode] = []
+
+    def start(*modes: str) -> tuple[Cluster, dict[str, int]]:
+        c = cluster(3, proxied=tuple(2 - i for i, m in enumerate(modes) if m == "late"))
+        caches, ports = dict(settings.CACHES), {}
+        for i, mode in enumerate(modes):
+            alias = c.aliases[2 - i]
+            if mode == "late":
+                c.proxies[2 - i].delay(0.5)  # a round trip of 1 s, past the 0.3 s deadline
+                ports[alias] = c.proxies[2 - i].port
+                continue
+            node = ScriptedNode(mode)  # type: ignore[arg-type]
+            made.append(node)
+            caches[alias] = {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": node.url}
+            ports[alias] = node.port
+        settings.CACHES = caches
+        return c, ports
+
+    yield start
+    for node in made:
+        node.close()
+
+
+MODES = ["mute", "silent", "late", "half-then-reset"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("caller", ["sync", "async"])
+def test_one_misbehaving_node_of_three(misbehaving, mode, caller):
+    c, ports = misbehaving(mode)
+    (port,) = ports.values()
+    lock = Redlock(f"bad-{mode}", ttl=2, node_timeout=0.3)
+
+    async def cycle() -> None:
+        assert await lock.aacquire(timeout=0)
+        assert c.values(lock.name, [0, 1]) == [lock.token.encode()] * 2
+        await lock.arelease()
+
+    if caller == "sync":
+        assert lock.acquire(timeout=0)
+        assert c.values(lock.name, [0, 1]) == [lock.token.encode()] * 2
+        lock.release()
+    else:
+        asyncio.run(cycle())
+    assert c.values(lock.name, [0, 1]) == [None, None]
+    assert settled(lock)
+    # every connection to the misbehaving node was closed by the library
+    assert wait_until(lambda: _sockets_to(port) == 0, timeout=10)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_two_misbehaving_nodes_of_three_leave_nothing_behind(misbehaving, mode):
+    c, ports = misbehaving(mode, mode)
+    lock = Redlock(f"bad2-{mode}", ttl=2, node_timeout=0.3)
+    with pytest.raises(LockBackendUnavailable) as raised:
+        lock.acquire(timeout=0)
+    assert set(raised.value.aliases) == set(ports)
+    assert c.values(lock.name, [0]) == [None]  # the one that granted was cleaned up
+    assert settled(lock)
+    for port in ports.values():
+        assert wait_until(lambda port=port: _sockets_to(port) == 0, timeout=10)
+
+
+def test_the_watchdog_renews_redlocks_on_the_same_nodes_in_one_exchange(cluster):
+    """Renewals of several Redlocks over the same nodes share one exchange (pipelined on
+    each node's connection), and each lock's outcome is its own."""
+    c = cluster(3)
+    locks = [Redlock(f"batch-{i}", ttl=5, node_timeout=NT) for i in range(3)]
+    for lock in locks:
+        assert lock.acquire(timeout=0)
+    assert len({lock.transport.renew_group for lock in locks}) == 1
+    c.clients[0].delete(key("batch-1"))
+    c.clients[1].delete(key("batch-1"))  # batch-1 lost its majority
+    ops = [lock.ops.extend(lock.token, 9000) for lock in locks]
+    outcomes = locks[0].transport.call_many(ops)
+    assert outcomes == [True, False, True]
+    assert all(settled(lock) for lock in locks)
+    assert all(client.pttl(key("batch-0")) > 5000 for client in c.clients)
+
+    async def arenew() -> list[Any]:
+        return await locks[2].transport.acall_many(ops)
+
+    assert asyncio.run(arenew()) == [True, False, True]
+    for lock in (locks[0], locks[2]):
+        lock.release()

@@ -1,13 +1,13 @@
-"""Redlock's nodes: calls on several independent primaries at once, and the background
-event loop that runs them for sync callers.
+"""Node calls of the quorum transport on an event loop, and what its rules read from
+the replies.
 
-Each step (acquire, fence write-back, extend, release, the queries) is sent to every
-node at once and the replies are gathered: the node calls are asyncio tasks on
-``redis.asyncio`` clients, run in the caller's event loop for async callers and, for
-sync ones, in ONE long-lived background event loop thread per process (created on
-first use, replaced after ``fork``). Every node call has its own timeout
-(``Deadlines``), so a frozen node costs one timeout and never blocks the others.
-:class:`Nodes` is the transport for the operations a majority settles by saying 1 or 0.
+A node call is an asyncio task on a ``redis.asyncio`` client, within its deadlines
+(``Deadlines``: a frozen node costs one timeout and never blocks the others), queued
+behind the lock's previous call on that node. Async callers run them on their own loop;
+sync callers whose nodes a thread cannot drive itself run them on ONE long-lived
+background event loop thread per process (created on first use, replaced after
+``fork``). Every other sync caller sends from its own thread
+(:mod:`django_redislock.transports.exchange`).
 """
 
 from __future__ import annotations
@@ -17,15 +17,14 @@ import concurrent.futures
 import logging
 import os
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, NamedTuple
 
-from .. import clock, leases
-from ..connection import async_lock_client, park_inherited
-from ..exceptions import LockBackendUnavailable, LockConfigurationError
+from .. import leases
+from ..connection import park_inherited
+from ..exceptions import LockConfigurationError
 from ..kinds import Operation
 from . import wire
-from .base import acall_each, call_each
 
 logger = logging.getLogger("django_redislock.redlock")
 
@@ -90,7 +89,7 @@ os.register_at_fork(after_in_child=_reset_after_fork)
 _tasks: set[asyncio.Future[Any]] = set()
 
 
-def _keep(task: asyncio.Future[Any]) -> None:
+def keep(task: asyncio.Future[Any]) -> None:
     _tasks.add(task)
     task.add_done_callback(_forget_task)
 
@@ -109,7 +108,7 @@ class Deadlines(NamedTuple):
     connect: float
 
 
-async def _node_call(
+async def node_call(
     client: Any, op: leases.Op, deadlines: Deadlines, after: asyncio.Future[Any] | None
 ) -> Any:
     """Run ``op`` on one node within its deadlines, after its previous call ended.
@@ -129,7 +128,7 @@ async def _node_call(
     return await leases.call_within(client, op, deadlines.command, deadlines.connect)
 
 
-async def _capture(coro: Awaitable[Any]) -> Any:
+async def capture(coro: Awaitable[Any]) -> Any:
     """The result, or the exception as a value (a node's failure is data here)."""
     try:
         return await coro
@@ -145,42 +144,6 @@ def outcome(task: asyncio.Future[Any]) -> Any:
 
 def failed(result: Any) -> bool:
     return isinstance(result, BaseException)
-
-
-async def scatter(
-    aliases: Iterable[str],
-    op: leases.Op,
-    deadlines: Deadlines,
-    inflight: dict[str, asyncio.Future[Any]] | None,
-    enough: Callable[[dict[str, Any]], bool] | None = None,
-) -> tuple[dict[str, Any], dict[str, asyncio.Future[Any]]]:
-    """Send ``op`` to every alias at once; gather replies until ``enough`` says so.
-
-    Returns (results so far by alias, every task by alias). Tasks still running
-    go on in the background (their own timeout bounds them).
-    """
-    tasks: dict[str, asyncio.Future[Any]] = {}
-    # Clients chosen when the step starts: a call queued behind an earlier one stays
-    # with the settings it began under.
-    clients = {alias: await async_lock_client(alias) for alias in aliases}
-    for alias, client in clients.items():
-        after = inflight.get(alias) if inflight is not None else None
-        task = asyncio.ensure_future(_capture(_node_call(client, op, deadlines, after)))
-        _keep(task)
-        if inflight is not None:
-            inflight[alias] = task
-        tasks[alias] = task
-    owner = {task: alias for alias, task in tasks.items()}
-    results: dict[str, Any] = {}
-    pending = set(tasks.values())
-    while pending and not (enough is not None and enough(results)):
-        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-        for task in done:
-            results[owner[task]] = outcome(task)
-    for result in results.values():
-        if isinstance(result, LockConfigurationError):
-            raise result
-    return results, tasks
 
 
 def script_op(op: Operation) -> leases.Op:
@@ -204,109 +167,72 @@ def describe(exc: BaseException | None) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
-async def release_on(
-    aliases: Sequence[str],
-    op: Operation,
-    deadlines: Deadlines,
-    inflight: dict[str, asyncio.Future[Any]] | None,
-    quorum: int,
-) -> tuple[int, dict[str, Any]]:
-    """Compare-and-delete (``op``: the kind's release) on every node; (released count, results).
-
-    Gathers until a majority released, a majority said "not ours", or every node
-    answered or timed out: a release is judged on what each node said.
-    """
-
-    def enough(results: dict[str, Any]) -> bool:
-        return count(results, 1) >= quorum or count(results, 0) >= quorum
-
-    results, _ = await scatter(aliases, script_op(op), deadlines, inflight, enough)
-    return count(results, 1), results
+#: An ``enough`` rule: given the results so far (alias -> reply or exception), stop?
+Enough = Callable[[dict[str, Any]], bool]
 
 
-class Nodes:
-    """Redlock's nodes as a transport, for the operations a majority settles by saying
-    1 or 0 (extend; release): each is sent to every node at once, replies are gathered
-    until a majority said the same, and the answer counts only if it came within the
-    validity. The watchdog renews, and releases a collected Redlock, through it.
-    Acquire and the caller's release keep their own rules in :class:`Redlock`.
-    """
-
-    __slots__ = ("connections", "deadlines", "inflight", "name", "quorum", "validity")
+class AsyncExchange:
+    """:class:`~django_redislock.transports.exchange.Exchange` for event loops: each node
+    call a task on the running loop, queued behind the lock's previous call on that node
+    (``inflight``), within its deadlines (:func:`leases.call_within`)."""
 
     def __init__(
-        self, name: str, connections: tuple[str, ...], deadlines: Deadlines, validity: float
+        self,
+        aliases: Sequence[str],
+        deadlines: Deadlines,
+        inflight: dict[str, asyncio.Future[Any]],
     ) -> None:
-        self.name, self.connections, self.deadlines = name, connections, deadlines
-        #: How many nodes make a majority.
-        self.quorum = len(connections) // 2 + 1
-        #: Seconds a majority's answer may be trusted from just before the send.
-        self.validity = validity
-        # The last call per node, so the next one queues behind it.
-        self.inflight: dict[str, asyncio.Future[Any]] = {}
+        self.aliases, self.deadlines, self.inflight = tuple(aliases), deadlines, inflight
+        self.rounds: list[tuple[dict[str, asyncio.Future[Any]], dict[str, Any]]] = []
 
-    @property
-    def renew_group(self) -> None:
-        """Never batched: each renewal is a scatter of its own."""
-        return None
+    async def asend(self, op: leases.Op, aliases: Sequence[str] | None = None) -> int:
+        from ..connection import async_lock_client
 
-    async def acall(self, op: Operation, validity: float | None = None) -> bool:
-        """True when a majority said 1 in time; False when a majority (or too late) did not.
+        # Clients chosen when the round starts: a call queued behind an earlier one
+        # stays with the settings it began under.
+        targets = self.aliases if aliases is None else aliases
+        clients = {alias: await async_lock_client(alias) for alias in targets}
+        tasks: dict[str, asyncio.Future[Any]] = {}
+        for alias, client in clients.items():
+            after = self.inflight.get(alias)
+            task = asyncio.ensure_future(capture(node_call(client, op, self.deadlines, after)))
+            keep(task)
+            self.inflight[alias] = tasks[alias] = task
+        self.rounds.append((tasks, {}))
+        return len(self.rounds) - 1
 
-        ``LockBackendUnavailable`` when too few nodes answered to tell.
-        """
-        quorum, total = self.quorum, len(self.connections)
+    async def agather(self, round_no: int, enough: Enough | None = None) -> dict[str, Any]:
+        tasks, results = self.rounds[round_no]
+        owner = {task: alias for alias, task in tasks.items()}
+        pending = {task for alias, task in tasks.items() if alias not in results}
+        while pending and not (enough is not None and enough(results)):
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                results[owner[task]] = outcome(task)
+        for result in results.values():
+            if isinstance(result, LockConfigurationError):
+                raise result
+        return results
 
-        def enough(results: dict[str, Any]) -> bool:
-            return count(results, 1) >= quorum or count(results, 0) > total - quorum
+    def close(self) -> None:
+        """Nothing to give back: calls still running end within their own deadlines."""
 
-        started = clock.now()
-        results, _ = await scatter(
-            self.connections, script_op(op), self.deadlines, self.inflight, enough
-        )
-        if count(results, 1) >= quorum:
-            return clock.now() - started < (self.validity if validity is None else validity)
-        self.raise_if_too_few(results, op.script.name)
-        return False
 
-    def call(self, op: Operation) -> bool:
-        """:meth:`acall` from a thread, on the Redlock loop thread."""
-        return bool(run_sync(self.acall(op)))
+class LoopExchange:
+    """An :class:`AsyncExchange` on the background loop, for sync callers whose nodes a
+    thread cannot drive itself."""
 
-    def call_many(self, ops: Sequence[Operation]) -> list[Any]:
-        return call_each(self.call, ops)
+    def __init__(self, inner: AsyncExchange) -> None:
+        self.inner = inner
 
-    async def acall_many(self, ops: Sequence[Operation]) -> list[Any]:
-        return await acall_each(self.acall, ops)
+    def send(self, op: leases.Op, aliases: Sequence[str] | None = None) -> int:
+        return int(run_sync(self.inner.asend(op, aliases)))
 
-    async def holders(self, key: str) -> dict[str, tuple[str | None, int]]:
-        """(token, pttl ms) of ``key`` per node that answered; LockBackendUnavailable
-        below a majority."""
-        results, _ = await scatter(self.connections, leases.GetAndPttl(key), self.deadlines, None)
-        state = {
-            alias: (None if r[0] is None else r[0].decode(), int(r[1]))
-            for alias, r in results.items()
-            if not failed(r)
-        }
-        if len(state) < self.quorum:
-            self.raise_if_too_few(results, "query")
-        return state
+    def gather(self, round_no: int, enough: Enough | None = None) -> dict[str, Any]:
+        return dict(run_sync(self.inner.agather(round_no, enough)))
 
-    def raise_if_too_few(self, results: dict[str, Any], action: str) -> None:
-        """``LockBackendUnavailable`` when fewer than a majority answered and no majority
-        said "not yours" (that is ``LockNotOwned``'s to report)."""
-        answered = [alias for alias, r in results.items() if not failed(r)]
-        if count(results, 0) > len(self.connections) - self.quorum:
-            return
-        if len(answered) < self.quorum:
-            missing = [alias for alias in self.connections if alias not in answered]
-            raise LockBackendUnavailable(
-                f"Redlock {self.name!r}: could not {action} on a majority; only "
-                f"{len(answered)} of {len(self.connections)} nodes answered; unreachable: "
-                + ", ".join(f"{alias} ({describe(results.get(alias))})" for alias in missing),
-                lock_name=self.name,
-                aliases=missing,
-            ) from first_error(results)
+    def close(self) -> None:
+        self.inner.close()
 
 
 def majority_holder(
@@ -345,18 +271,20 @@ def validate_connections(connections: object) -> tuple[str, ...]:
 
 
 __all__ = [
+    "AsyncExchange",
     "Deadlines",
-    "Nodes",
+    "LoopExchange",
     "background",
+    "capture",
     "count",
     "describe",
     "failed",
     "first_error",
+    "keep",
     "majority_holder",
+    "node_call",
     "outcome",
-    "release_on",
     "run_sync",
-    "scatter",
     "script_op",
     "validate_connections",
 ]

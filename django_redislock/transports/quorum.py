@@ -22,35 +22,31 @@ import asyncio
 import logging
 import random
 import secrets
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Generator, Hashable, Sequence
 from typing import Any
 
 from .. import clock, drivers, leases
-from ..exceptions import LockBackendUnavailable, LockConfigurationError
+from ..exceptions import LockBackendUnavailable
 from ..kinds import Mutex, Operation
 from ..kinds.mutex import Attempt, Busy, Granted, HolderState, parse_acquire
 from ..kinds.operation import text
-from ..scripts import ACQUIRE, RELEASE
+from ..scripts import ACQUIRE, READ_HOLDER, RELEASE
 from ..steps import Send, Step
 from . import exchange as sync_exchange
-from .base import acall_each, call_each
 from .nodes import (
+    AsyncExchange,
     Deadlines,
-    _capture,
-    _keep,
-    _node_call,
+    LoopExchange,
     count,
     describe,
     failed,
     first_error,
-    outcome,
     run_sync,
     script_op,
 )
 
 logger = logging.getLogger("django_redislock.redlock")
 acquire_logger = logging.getLogger("django_redislock.acquire")
-Enough = Callable[[dict[str, Any]], bool]
 
 
 #: validity = ttl - elapsed - (ttl * DRIFT_FACTOR + DRIFT_FIXED)
@@ -66,70 +62,6 @@ def clock_drift(ttl: float) -> float:
 def validity_of(seconds: float) -> float:
     """How long a majority's grant (or renewal) of ``seconds`` may be trusted."""
     return seconds - clock_drift(seconds)
-
-
-class AsyncExchange:
-    """:class:`~django_redislock.transports.exchange.Exchange` for event loops: each node
-    call a task on the running loop, queued behind the lock's previous call on that node
-    (``inflight``), within its deadlines (:func:`leases.call_within`)."""
-
-    def __init__(
-        self,
-        aliases: Sequence[str],
-        deadlines: Deadlines,
-        inflight: dict[str, asyncio.Future[Any]],
-    ) -> None:
-        self.aliases, self.deadlines, self.inflight = tuple(aliases), deadlines, inflight
-        self.rounds: list[tuple[dict[str, asyncio.Future[Any]], dict[str, Any]]] = []
-
-    async def asend(self, op: leases.Op, aliases: Sequence[str] | None = None) -> int:
-        from ..connection import async_lock_client
-
-        # Clients chosen when the round starts: a call queued behind an earlier one
-        # stays with the settings it began under.
-        targets = self.aliases if aliases is None else aliases
-        clients = {alias: await async_lock_client(alias) for alias in targets}
-        tasks: dict[str, asyncio.Future[Any]] = {}
-        for alias, client in clients.items():
-            after = self.inflight.get(alias)
-            task = asyncio.ensure_future(_capture(_node_call(client, op, self.deadlines, after)))
-            _keep(task)
-            self.inflight[alias] = tasks[alias] = task
-        self.rounds.append((tasks, {}))
-        return len(self.rounds) - 1
-
-    async def agather(self, round_no: int, enough: Enough | None = None) -> dict[str, Any]:
-        tasks, results = self.rounds[round_no]
-        owner = {task: alias for alias, task in tasks.items()}
-        pending = {task for alias, task in tasks.items() if alias not in results}
-        while pending and not (enough is not None and enough(results)):
-            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                results[owner[task]] = outcome(task)
-        for result in results.values():
-            if isinstance(result, LockConfigurationError):
-                raise result
-        return results
-
-    def close(self) -> None:
-        """Nothing to give back: calls still running end within their own deadlines."""
-
-
-class LoopExchange:
-    """An :class:`AsyncExchange` on the background loop, for sync callers whose nodes a
-    thread cannot drive itself."""
-
-    def __init__(self, inner: AsyncExchange) -> None:
-        self.inner = inner
-
-    def send(self, op: leases.Op, aliases: Sequence[str] | None = None) -> int:
-        return int(run_sync(self.inner.asend(op, aliases)))
-
-    def gather(self, round_no: int, enough: Enough | None = None) -> dict[str, Any]:
-        return dict(run_sync(self.inner.agather(round_no, enough)))
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 class Quorum:
@@ -194,19 +126,38 @@ class Quorum:
         """True when a majority said 1 (within the validity, for an operation that gives
         ownership); False when a majority said 0 (or answered too late);
         ``LockBackendUnavailable`` when too few answered."""
+        (outcome,) = yield from self.settle_many([op])
+        if isinstance(outcome, Exception):
+            raise outcome
+        return bool(outcome)
+
+    def settle_many(self, ops: Sequence[Operation]) -> Generator[Step, Any, list[Any]]:
+        """:meth:`settle` for several operations in one exchange (pipelined on each node's
+        connection): each outcome, or the exception it got."""
         quorum, total = self.quorum, len(self.connections)
 
         def enough(results: dict[str, Any]) -> bool:
             return count(results, 1) >= quorum or count(results, 0) > total - quorum
 
+        outcomes: list[Any] = []
         ex = yield Send(self, "open", ())
         try:
             started = clock.now()
-            round_no = yield Send(ex, "send", (script_op(op),))
-            results = yield Send(ex, "gather", (round_no, enough))
+            rounds = []
+            for op in ops:
+                rounds.append((yield Send(ex, "send", (script_op(op),))))
+            for op, round_no in zip(ops, rounds, strict=True):
+                results = yield Send(ex, "gather", (round_no, enough))
+                try:
+                    outcomes.append(self._settled(op, results, started))
+                except Exception as exc:
+                    outcomes.append(exc)
         finally:
             ex.close()
-        if count(results, 1) >= quorum:
+        return outcomes
+
+    def _settled(self, op: Operation, results: dict[str, Any], started: float) -> bool:
+        if count(results, 1) >= self.quorum:
             return op.ttl_ms is None or self._trust(op, started)
         self.raise_if_too_few(results, op.script.name)
         return False
@@ -218,6 +169,8 @@ class Quorum:
             return self.acquire(op.args[0])
         if op.script is RELEASE:
             return self.release(op.args[0])
+        if op.script is READ_HOLDER:
+            return self.read_holder(op)
         return self.settle(op)
 
     def call(self, op: Operation) -> Any:
@@ -385,6 +338,28 @@ class Quorum:
         return True
 
     # -- queries ------------------------------------------------------------------------
+    def read_holder(self, op: Operation) -> Generator[Step, Any, HolderState | None]:
+        """The holder on a majority of the nodes (its highest fence there, and the ms until
+        fewer than a majority hold it), or None; unavailable below a majority."""
+        ex = yield Send(self, "open", ())
+        try:
+            round_no = yield Send(ex, "send", (script_op(op),))
+            results = yield Send(ex, "gather", (round_no, None))
+        finally:
+            ex.close()
+        if sum(1 for r in results.values() if not failed(r)) < self.quorum:
+            self.raise_if_too_few(results, "query")
+        by_token: dict[str, list[HolderState]] = {}
+        for result in results.values():
+            holder = None if failed(result) else op.parse(result)
+            if holder is not None:
+                by_token.setdefault(holder.token, []).append(holder)
+        for holders in by_token.values():
+            if len(holders) >= self.quorum:
+                pttl = sorted((h.pttl_ms for h in holders), reverse=True)[self.quorum - 1]
+                return holders[0]._replace(pttl_ms=pttl, fence=max(h.fence for h in holders))
+        return None
+
     def holders(self, key: str) -> Generator[Step, Any, dict[str, tuple[str | None, int]]]:
         """(token, pttl ms) of ``key`` per node that answered; LockBackendUnavailable
         below a majority."""
@@ -404,15 +379,17 @@ class Quorum:
         return state
 
     @property
-    def renew_group(self) -> None:
-        """Never batched with other locks: each renewal is a call of its own."""
-        return None
+    def renew_group(self) -> Hashable:
+        """Locks on the same nodes are renewed in one exchange (the watchdog)."""
+        return ("quorum", self.connections, self.deadlines)
 
     def call_many(self, ops: Sequence[Operation]) -> list[Any]:
-        return call_each(self.call, ops)
+        """Extends (renewals) in one exchange from this thread: each True/False or error."""
+        return list(drivers.run(self.settle_many(ops)))
 
     async def acall_many(self, ops: Sequence[Operation]) -> list[Any]:
-        return await acall_each(self.acall, ops)
+        """:meth:`call_many` from the running event loop."""
+        return list(await drivers.arun(self.settle_many(ops)))
 
     def raise_if_too_few(self, results: dict[str, Any], action: str) -> None:
         """``LockBackendUnavailable`` when fewer than a majority answered and no majority
@@ -468,4 +445,4 @@ def too_few_answered(
     return error
 
 
-__all__ = ["AsyncExchange", "LoopExchange", "Quorum", "clock_drift", "validity_of"]
+__all__ = ["Quorum", "clock_drift", "validity_of"]
