@@ -167,3 +167,21 @@ def test_threads_share_the_node_pools(nodes):
         thread.join(60)
     assert errors == []
     assert exchange.supports(["q0", "q1", "q2"])
+
+
+def test_a_later_command_waits_behind_one_whose_connection_is_being_set_up(nodes):
+    """The first call returns while a slow node's first connection is still being set
+    up; the lock's next call takes that setup over and writes behind the first command."""
+    behind = nodes("real", "real", "proxied")
+    slow = behind["q2"]
+    slow.delay(0.05)  # the handshake's round trips make the setup outlast the first call
+    deadlines = Deadlines(command=2.0, connect=5.0)
+    behind_of: dict[str, Any] = {}
+    with exchange.Exchange(["q0", "q1", "q2"], deadlines, behind_of) as ex:
+        first = ex.gather(ex.send(leases.CommandOp("SET", KEY, "x")), _majority)
+    assert "q2" not in first and behind_of["q2"].setup is not None
+    slow.delay(0)  # a new connection would now be ready long before that one
+    with exchange.Exchange(["q0", "q1", "q2"], deadlines, behind_of) as ex:
+        results = ex.gather(ex.send(leases.CommandOp("DEL", KEY)))
+    assert results == {"q0": 1, "q1": 1, "q2": 1}  # q2's DEL came after its SET
+    assert slow.client().exists(KEY) == 0

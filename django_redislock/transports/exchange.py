@@ -137,10 +137,17 @@ class Exchange:
 
     def _connect(self, link: _Link, request: Request, now: float) -> None:
         owed = self.behind.pop(link.alias, None)
-        if owed is not None and node_pool.reclaim(owed):
+        taken = None if owed is None else node_pool.reclaim(owed)
+        if owed is not None and taken == "conn":
             # This lock's earlier command is still owed a reply: write behind it.
             link.conn = owed.conn
             link.expected = [(_DROP, count, deadline, []) for count, deadline in owed.pending]
+            return
+        if owed is not None and owed.setup is not None and taken == "setup":
+            # Its connection is still being set up: the earlier commands go first on it.
+            link.setup, link.setup_until = owed.setup, now + self.deadlines.connect
+            dropped = Request(tuple(owed.commands), (), None)
+            link.queued = [(_DROP, dropped)] if owed.commands else []
             return
         link.conn = link.pool.take()
         if link.conn is None:
@@ -161,7 +168,8 @@ class Exchange:
             link.conn.send_packed_command(self._pack(link.conn, commands), check_health=False)
         except Exception as exc:
             self._fail(link, exc)
-            self.results[round_no][link.alias] = exc
+            if round_no != _DROP:
+                self.results[round_no][link.alias] = exc
             return
         link.expected.append((round_no, request, now + self.deadlines.command, []))
 
@@ -216,7 +224,8 @@ class Exchange:
             error = setup.exception()
             if error is not None:
                 for round_no, _ in link.queued:
-                    self.results[round_no][link.alias] = error
+                    if round_no != _DROP:
+                        self.results[round_no][link.alias] = error
                 link.queued.clear()
                 continue
             link.conn = setup.result()
@@ -240,7 +249,7 @@ class Exchange:
             due = request if isinstance(request, int) else request.replies
             if len(replies) == due:
                 link.expected.pop(0)
-                if not isinstance(request, int):
+                if round_no != _DROP and not isinstance(request, int):
                     self._settle(link, round_no, request, replies)
             if not self._more_waiting(link):
                 return
@@ -288,7 +297,8 @@ class Exchange:
     def _abandon_setup(self, link: _Link, error: BaseException) -> None:
         setup, link.setup = link.setup, None
         for round_no, _ in link.queued:
-            self.results[round_no][link.alias] = error
+            if round_no != _DROP:
+                self.results[round_no][link.alias] = error
         link.queued.clear()
         if setup is not None:
             node_pool.pool_when_ready(link.pool, setup)

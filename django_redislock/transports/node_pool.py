@@ -36,12 +36,20 @@ MAX_IDLE = 64
 
 
 class Owed:
-    """A connection with replies still owed on it: how many, and until when each."""
+    """A connection with replies still owed on it: how many, and until when each. While
+    the connection is still being set up (``setup``), the commands to write on it."""
 
-    __slots__ = ("conn", "pending", "pool")
+    __slots__ = ("claimed", "commands", "conn", "pending", "pool", "setup")
 
     def __init__(self, conn: Any, pool: NodePool, pending: list[tuple[int, float]]) -> None:
         self.conn, self.pool, self.pending = conn, pool, pending
+        self.setup: concurrent.futures.Future[Any] | None = None
+        self.commands: list[tuple[Any, ...]] = []
+        self.claimed = False  # the setup's connection was taken (by its callback or a call)
+
+
+# Who gets a connection left behind: the reaper, or the lock's next call.
+_handoff = threading.Lock()
 
 
 class NodePool:
@@ -203,20 +211,25 @@ def send_when_ready(
     connection behind for the reaper, as any straggler."""
 
     def callback(setup: concurrent.futures.Future[Any]) -> None:
-        if setup.cancelled() or setup.exception() is not None:
-            owed.pending.clear()
-            return
-        conn = setup.result()
-        try:
-            conn.send_packed_command(conn.pack_commands(commands), check_health=False)
-        except Exception:
-            conn.disconnect()
-            owed.pending.clear()
-            return
-        until = time.monotonic() + deadline
-        owed.conn, owed.pending = conn, [(count, until) for count, _ in owed.pending]
-        leave_behind(owed)
+        with _handoff:
+            if owed.claimed:  # the lock's next call took it over, commands and all
+                return
+            owed.claimed = True
+            if setup.cancelled() or setup.exception() is not None:
+                owed.pending.clear()
+                return
+            conn = setup.result()
+            try:
+                conn.send_packed_command(conn.pack_commands(commands), check_health=False)
+            except Exception:
+                conn.disconnect()
+                owed.pending.clear()
+                return
+            until = time.monotonic() + deadline
+            owed.conn, owed.pending = conn, [(count, until) for count, _ in owed.pending]
+            leave_behind(owed)
 
+    owed.setup, owed.commands = setup, commands
     setup.add_done_callback(callback)
 
 
@@ -306,10 +319,18 @@ def leave_behind(owed: Owed) -> None:
     reaper.add(owed)
 
 
-def reclaim(owed: Owed) -> bool:
-    """Take a connection left behind back (to write behind its owed replies)."""
-    reaper = _reaper
-    return reaper is not None and _pid == os.getpid() and reaper.reclaim(owed)
+def reclaim(owed: Owed) -> str | None:
+    """Take a connection left behind back, to write behind what is owed on it:
+    ``"conn"`` (``owed.conn``, its replies owed), ``"setup"`` (still being set up:
+    ``owed.setup``, with ``owed.commands`` not written yet) or None (settled, or closed)."""
+    with _handoff:
+        if owed.setup is not None and not owed.claimed:
+            owed.claimed = True
+            return "setup"
+        reaper = _reaper
+        if reaper is not None and _pid == os.getpid() and reaper.reclaim(owed):
+            return "conn"
+    return None
 
 
 def _ready(fds: list[int], timeout: float | None) -> list[int]:

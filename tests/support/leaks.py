@@ -39,7 +39,7 @@ def carriers(mark: str) -> list[psutil.Process]:
         if proc.pid == os.getpid():
             continue
         try:
-            if proc.status() == psutil.STATUS_ZOMBIE:
+            if proc.status() == psutil.STATUS_ZOMBIE or _own_resource_tracker(proc):
                 continue
             if proc.environ().get(MARK_ENV) == mark:
                 found.append(proc)
@@ -65,6 +65,14 @@ def left_running(mark: str, grace: float = EXIT_GRACE) -> list[Leak]:
             continue
     psutil.wait_procs(procs, timeout=5)
     return leaks
+
+
+def _own_resource_tracker(proc: psutil.Process) -> bool:
+    """multiprocessing's resource tracker of this very process (a test used a "spawn"
+    context): it lives as long as this process and ends with it, nothing left behind."""
+    return proc.ppid() == os.getpid() and "multiprocessing.resource_tracker" in " ".join(
+        proc.cmdline()
+    )
 
 
 def _alive(proc: psutil.Process) -> bool:
