@@ -29,7 +29,6 @@ not guarantee.
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -45,9 +44,6 @@ from .transports.nodes import (
     validate_connections,
 )
 from .transports.quorum import Quorum, clock_drift, validity_of
-
-logger = logging.getLogger("django_redislock.redlock")
-acquire_logger = logging.getLogger("django_redislock.acquire")
 
 #: Default per-node timeout: this fraction of the TTL, clamped to the bounds below.
 NODE_TIMEOUT_FRACTION = 0.1

@@ -245,10 +245,11 @@ class _Reaper:
         self.thread = threading.Thread(target=self._run, name="redislock-reaper", daemon=True)
         self.thread.start()
 
-    def add(self, owed: Owed) -> None:
+    def add(self, owed: Owed, *, wake: bool = True) -> None:
         with self.lock:
             self.owed[owed.conn._sock.fileno()] = owed
-        os.write(self.wake_w, b"x")
+        if wake:
+            os.write(self.wake_w, b"x")
 
     def reclaim(self, owed: Owed) -> bool:
         """Take ``owed`` back from the reaper (False: it was settled or closed already)."""
@@ -263,17 +264,22 @@ class _Reaper:
         while True:
             with self.lock:
                 fds = list(self.owed)
-                deadlines = [o.pending[0][1] for o in self.owed.values()]
+                deadlines = [o.pending[0][1] for o in self.owed.values() if o.pending]
             timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
             readable = set(_ready([self.wake_r, *fds], timeout))
             if self.wake_r in readable:
                 with contextlib.suppress(BlockingIOError):
                     os.read(self.wake_r, 4096)
-            with self.lock:
-                for fd, owed in list(self.owed.items()):
-                    due = fd in readable or owed.pending[0][1] <= time.monotonic()
-                    if due and settle(owed):
-                        del self.owed[fd]
+            now = time.monotonic()
+            with self.lock:  # taken out while read: a caller never waits on a slow reply
+                due = [
+                    self.owed.pop(fd)
+                    for fd, owed in list(self.owed.items())
+                    if fd in readable or not owed.pending or owed.pending[0][1] <= now
+                ]
+            for owed in due:
+                if not settle(owed):
+                    self.add(owed, wake=False)
 
 
 def settle(owed: Owed) -> bool:

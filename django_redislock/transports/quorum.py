@@ -111,7 +111,7 @@ class Quorum:
         if self.threaded is None:
             self.threaded = sync_exchange.supports(self.connections)
         if self.threaded:
-            # Until acquire moves over too: behind its calls still running on the loop.
+            # Calls this lock made from an event loop and still running: write after them.
             running = [task for task in self.inflight.values() if not task.done()]
             if running:
                 run_sync(asyncio.wait(running, timeout=self.deadlines.command))
@@ -226,8 +226,8 @@ class Quorum:
             )  # fmt: skip
             del self.tokens[base_token]  # undone here: no later clean-up needs it
             return (yield from self._refused(ex, token, results, first, started))
-        except BaseException:
-            if isinstance(ex, sync_exchange.Exchange):
+        except BaseException as exc:
+            if not isinstance(exc, Exception) and isinstance(ex, sync_exchange.Exchange):
                 # Interrupted (KeyboardInterrupt...): the undo is written behind the acquire.
                 ex.send(script_op(self.kind.release(token)))
             raise
@@ -268,8 +268,10 @@ class Quorum:
         clean = yield Send(ex, "send", (script_op(self.kind.release(token)),))
         answered = [alias for alias, r in results.items() if not failed(r)]
         pending = [alias for alias in self.connections if alias not in results]
-        if len(answered) < quorum <= len(answered) + len(pending):
-            # Not enough answers yet to tell "busy" from "unavailable": wait for them.
+        if len(answered) < quorum and pending:
+            # Not enough answers yet to tell "busy" from "unavailable" (or, when too many
+            # failed, to name the nodes that did not answer and clean up on the others):
+            # wait for the rest, each within its deadline.
             results = yield Send(ex, "gather", (first, None))
             answered = [alias for alias, r in results.items() if not failed(r)]
         if answered:  # the nodes that answered are cleaned before we return
