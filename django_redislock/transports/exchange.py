@@ -246,8 +246,7 @@ class Exchange:
             except Exception as exc:
                 self._fail(link, exc)
                 return
-            due = request if isinstance(request, int) else request.replies
-            if len(replies) == due:
+            if len(replies) == _due(request):
                 link.expected.pop(0)
                 if round_no != _DROP and not isinstance(request, int):
                     self._settle(link, round_no, request, replies)

@@ -17,7 +17,7 @@ import concurrent.futures
 import logging
 import os
 import threading
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any, NamedTuple
 
 from .. import leases
@@ -25,6 +25,7 @@ from ..connection import park_inherited
 from ..exceptions import LockConfigurationError
 from ..kinds import Operation
 from . import wire
+from .exchange import Enough
 
 logger = logging.getLogger("django_redislock.redlock")
 
@@ -165,10 +166,6 @@ def describe(exc: BaseException | None) -> str:
     if isinstance(exc, TimeoutError):
         return "timed out"
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-
-
-#: An ``enough`` rule: given the results so far (alias -> reply or exception), stop?
-Enough = Callable[[dict[str, Any]], bool]
 
 
 class AsyncExchange:
