@@ -3,6 +3,7 @@ caller's thread, on real servers, a fault proxy and scripted misbehaving nodes."
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from typing import Any
@@ -62,14 +63,31 @@ def _majority(results: dict[str, Any]) -> bool:
     return sum(not isinstance(r, BaseException) for r in results.values()) >= 2
 
 
-def test_every_node_answers(nodes):
+@pytest.fixture(params=["sync", "async"])
+def call(request):
+    """``call(ex, op, enough=None)``: one round on the exchange, from this thread (sync)
+    or from an event loop (async: the same exchange, its sockets watched by the loop)."""
+
+    def sync_call(ex: exchange.Exchange, op: Any, enough: Any = None) -> dict[str, Any]:
+        return ex.gather(ex.send(op), enough)
+
+    def async_call(ex: exchange.Exchange, op: Any, enough: Any = None) -> dict[str, Any]:
+        async def go() -> dict[str, Any]:
+            return await ex.agather(await ex.asend(op), enough)
+
+        return asyncio.run(go())
+
+    return sync_call if request.param == "sync" else async_call
+
+
+def test_every_node_answers(nodes, call):
     nodes("real", "real", "real")
     with exchange.Exchange(["q0", "q1", "q2"], Deadlines(1.0, 1.0)) as ex:
-        results = ex.gather(ex.send(leases.GetAndPttl(KEY)))
+        results = call(ex, leases.GetAndPttl(KEY))
     assert results == {alias: [None, -2] for alias in ("q0", "q1", "q2")}
 
 
-def test_a_node_that_accepts_and_never_answers(nodes):
+def test_a_node_that_accepts_and_never_answers(nodes, call):
     """Its connection never becomes ready: the majority decides without it, and the
     setup given up on is closed by the library, not left to the garbage collector."""
     behind = nodes("real", "real", "mute")
@@ -77,7 +95,7 @@ def test_a_node_that_accepts_and_never_answers(nodes):
     deadlines = Deadlines(command=0.5, connect=0.3)
     started = time.monotonic()
     with exchange.Exchange(["q0", "q1", "q2"], deadlines) as ex:
-        results = ex.gather(ex.send(leases.GetAndPttl(KEY)), _majority)
+        results = call(ex, leases.GetAndPttl(KEY), _majority)
     assert set(results) == {"q0", "q1"}, results
     assert time.monotonic() - started < deadlines.connect  # nobody waited for the mute one
     assert mute.accepted == 1
@@ -85,7 +103,7 @@ def test_a_node_that_accepts_and_never_answers(nodes):
     assert wait_until(lambda: _sockets_to(mute.port) == 0, 10)
 
 
-def test_a_node_that_answers_after_the_deadline(nodes):
+def test_a_node_that_answers_after_the_deadline(nodes, call):
     behind = nodes("real", "real", "proxied")
     slow = behind["q2"]
     deadlines = Deadlines(command=0.2, connect=1.0)
@@ -93,7 +111,7 @@ def test_a_node_that_answers_after_the_deadline(nodes):
         ex.gather(ex.send(leases.GetAndPttl(KEY)))
     slow.delay(0.3)  # 600 ms a round trip
     with exchange.Exchange(["q0", "q1", "q2"], deadlines) as ex:
-        results = ex.gather(ex.send(leases.GetAndPttl(KEY)))
+        results = call(ex, leases.GetAndPttl(KEY))
     assert isinstance(results["q2"], TimeoutError)
     assert results["q0"] == results["q1"] == [None, -2]
     # given up on at its deadline: that connection was closed at once
@@ -137,11 +155,11 @@ def test_a_later_command_waits_behind_the_owed_reply(nodes):
     assert slow.client().exists(KEY) == 0
 
 
-def test_a_node_reset_mid_reply(nodes):
+def test_a_node_reset_mid_reply(nodes, call):
     behind = nodes("real", "real", "half-then-reset")
     node = behind["q2"]
     with exchange.Exchange(["q0", "q1", "q2"], Deadlines(1.0, 1.0)) as ex:
-        results = ex.gather(ex.send(leases.GetAndPttl(KEY)))
+        results = call(ex, leases.GetAndPttl(KEY))
     assert isinstance(results["q2"], (redis.exceptions.ConnectionError, OSError))
     assert results["q0"] == results["q1"] == [None, -2]
     assert _sockets_to(node.port) == 0
@@ -185,3 +203,44 @@ def test_a_later_command_waits_behind_one_whose_connection_is_being_set_up(nodes
         results = ex.gather(ex.send(leases.CommandOp("DEL", KEY)))
     assert results == {"q0": 1, "q1": 1, "q2": 1}  # q2's DEL came after its SET
     assert slow.client().exists(KEY) == 0
+
+
+def test_a_node_silent_mid_reply(nodes, call):
+    """Half a reply, then nothing: the node fails (at its deadline from a thread, after
+    ``PARTIAL_REPLY_WAIT`` from a loop) and its connection is closed."""
+    behind = nodes("real", "real", "half-then-silent")
+    node = behind["q2"]
+    with exchange.Exchange(["q0", "q1", "q2"], Deadlines(0.5, 1.0)) as ex:
+        results = call(ex, leases.GetAndPttl(KEY))
+    assert isinstance(results["q2"], (redis.exceptions.TimeoutError, TimeoutError)), results
+    assert results["q0"] == results["q1"] == [None, -2]
+    assert _sockets_to(node.port) == 0
+
+
+def test_the_loop_stays_free_while_a_node_is_silent(nodes):
+    """From an event loop the sockets are watched by the loop: other tasks run while the
+    exchange waits (a blocking read would starve the ticker until the deadline)."""
+    nodes("real", "real", "silent")
+
+    async def go() -> tuple[dict[str, Any], int]:
+        ticks, stop = 0, asyncio.Event()
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while not stop.is_set():
+                ticks += 1
+                await asyncio.sleep(0.005)
+
+        task = asyncio.create_task(ticker())
+        try:
+            with exchange.Exchange(["q0", "q1", "q2"], Deadlines(0.3, 1.0)) as ex:
+                results = await ex.agather(await ex.asend(leases.GetAndPttl(KEY)))
+        finally:
+            stop.set()
+            await task
+        return results, ticks
+
+    results, ticks = asyncio.run(go())
+    assert isinstance(results["q2"], TimeoutError)
+    assert results["q0"] == results["q1"] == [None, -2]
+    assert ticks >= 10, ticks  # about 60 in 0.3 s; a blocked loop gives 1 or 2

@@ -1,9 +1,11 @@
-"""The quorum transport's sync side: one operation on several nodes from the caller's
-thread, with no event loop and no thread hop on the common path.
+"""One operation on several nodes from the caller's own thread or loop, with no thread
+hop on the common path (the quorum transport's exchange).
 
 The command is written to every node's connection at once; replies are read as they
-arrive (``poll`` on the sockets) and the caller stops as soon as its ``enough`` rule
-decides. What issue 24 made true for the async side holds here too:
+arrive and the caller stops as soon as its ``enough`` rule decides. A thread waits for
+them with ``poll`` on the sockets (``gather``); an event loop watches the same sockets
+(``agather``): the code between the waits is the same. What issue 24 made true for the
+node calls holds here too:
 
 * each node has its own deadline (``Deadlines.command``) from the moment the command was
   written; past it the node's result is a :class:`TimeoutError` and the library
@@ -19,11 +21,13 @@ decides. What issue 24 made true for the async side holds here too:
   on the same connection, behind the earlier one, so it can never overtake it.
 
 Only nodes reached over a plain redis-py pool (TCP, TLS or a Unix socket) can be driven
-this way (:func:`supports`); the others keep the async transport on the background loop.
+this way (:func:`supports`); the others keep the node calls as tasks
+(:mod:`~django_redislock.transports.nodes`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -71,6 +75,10 @@ def supports(aliases: Iterable[str]) -> bool:
 
 
 # -- one exchange: operations on several nodes, replies as they arrive ----------------
+#: How long an event loop's reader may block on a reply that stopped halfway (a reply
+#: this small comes in one segment: only a misbehaving node stops halfway).
+PARTIAL_REPLY_WAIT = 0.005
+
 #: A reply to read and drop: owed on a connection taken back from the reaper.
 _DROP = -1
 
@@ -115,6 +123,8 @@ class Exchange:
             self.links[alias] = _Link(alias, pool)
         self.results: list[dict[str, Any]] = []
         self.packed: dict[tuple[int, Any], tuple[Any, Any]] = {}
+        #: The longest a reader blocks on a reply that stopped halfway (None: its deadline).
+        self.partial_wait: float | None = None
 
     # -- sending ------------------------------------------------------------------------
     def send(self, op: leases.Op, aliases: Iterable[str] | None = None) -> int:
@@ -199,6 +209,11 @@ class Exchange:
         )
 
     def _step(self) -> None:
+        reading, timeout = self._watch()
+        self._took(reading, node_pool.ready(list(reading), timeout))
+
+    def _watch(self) -> tuple[dict[int, _Link], float]:
+        """The sockets to watch (by fd) and how long until a deadline needs a look."""
         now = time.monotonic()
         self._start_ready_setups(now)
         reading = {
@@ -211,9 +226,28 @@ class Exchange:
         timeout = max(0.0, min(waits + setting_up) - now) if waits or setting_up else 0.0
         if setting_up:
             timeout = min(timeout, 0.001)  # a setup thread ends without waking us: look again
-        for fd in node_pool.ready(list(reading), timeout):
+        return reading, timeout
+
+    def _took(self, reading: dict[int, _Link], ready: Iterable[int]) -> None:
+        for fd in ready:
             self._read(reading[fd])
         self._expire(time.monotonic())
+
+    # -- the same from an event loop ----------------------------------------------------
+    async def asend(self, op: leases.Op, aliases: Iterable[str] | None = None) -> int:
+        """:meth:`send` (writing does not wait: the commands fit the socket's buffer)."""
+        return self.send(op, aliases)
+
+    async def agather(self, round_no: int, enough: Enough | None = None) -> dict[str, Any]:
+        """:meth:`gather` with the running loop watching the sockets: the loop is free
+        while no reply has come, and a reply that stops halfway holds it at most
+        ``PARTIAL_REPLY_WAIT`` (the node then counts as failed)."""
+        self.partial_wait = PARTIAL_REPLY_WAIT
+        results = self.results[round_no]
+        while not (enough is not None and enough(results)) and self._owed(round_no):
+            reading, timeout = self._watch()
+            self._took(reading, await _readable(list(reading), timeout))
+        return results
 
     def _start_ready_setups(self, now: float) -> None:
         for link in self.links.values():
@@ -238,7 +272,8 @@ class Exchange:
         while link.expected:
             round_no, request, deadline, replies = link.expected[0]
             try:
-                link.conn._sock.settimeout(max(deadline - time.monotonic(), 0.0001))
+                wait = max(deadline - time.monotonic(), 0.0001)
+                link.conn._sock.settimeout(min(wait, self.partial_wait or wait))
                 try:
                     replies.append(link.conn.read_response())
                 except ResponseError as exc:  # a complete (error) reply
@@ -338,8 +373,43 @@ class Exchange:
         self.close()
 
 
+async def _readable(fds: list[int], timeout: float) -> list[int]:
+    """The fds of ``fds`` readable within ``timeout``, waited for on the running loop."""
+    ready = node_pool.ready(fds, 0)
+    if ready or timeout <= 0:
+        return ready
+    loop = asyncio.get_running_loop()
+    woken = loop.create_future()
+
+    def wake() -> None:
+        if not woken.done():
+            woken.set_result(None)
+
+    for fd in fds:
+        loop.add_reader(fd, wake)
+    try:
+        await asyncio.wait({woken}, timeout=timeout)
+    finally:
+        for fd in fds:
+            loop.remove_reader(fd)
+    return node_pool.ready(fds, 0)
+
+
+def loop_supports(loop: asyncio.AbstractEventLoop) -> bool:
+    """True when ``loop`` can watch sockets (``add_reader``: not the Windows proactor)."""
+    return getattr(type(loop), "add_reader", None) is not asyncio.AbstractEventLoop.add_reader
+
+
 def _due(request: Request | int) -> int:
     return request if isinstance(request, int) else request.replies
 
 
-__all__ = ["Enough", "Exchange", "Request", "request_of", "supports"]
+__all__ = [
+    "PARTIAL_REPLY_WAIT",
+    "Enough",
+    "Exchange",
+    "Request",
+    "loop_supports",
+    "request_of",
+    "supports",
+]

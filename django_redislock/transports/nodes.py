@@ -3,11 +3,11 @@ the replies.
 
 A node call is an asyncio task on a ``redis.asyncio`` client, within its deadlines
 (``Deadlines``: a frozen node costs one timeout and never blocks the others), queued
-behind the lock's previous call on that node. Async callers run them on their own loop;
-sync callers whose nodes a thread cannot drive itself run them on ONE long-lived
-background event loop thread per process (created on first use, replaced after
-``fork``). Every other sync caller sends from its own thread
-(:mod:`django_redislock.transports.exchange`).
+behind the lock's previous call on that node, for nodes a thread cannot drive itself
+(fakeredis, Sentinel pools) and loops that cannot watch sockets. Async callers run them
+on their own loop; sync callers on ONE long-lived background event loop thread per
+process (created on first use, replaced after ``fork``). Every other caller sends from
+its own thread or loop (:mod:`django_redislock.transports.exchange`).
 """
 
 from __future__ import annotations

@@ -5,9 +5,10 @@ Each call is written once, as a generator of steps (:mod:`django_redislock.steps
 open an exchange, send an operation to the nodes, gather replies until the majority
 rule decides. :func:`django_redislock.drivers.run` walks it for sync callers on an
 :class:`~django_redislock.transports.exchange.Exchange` (written and read from the
-caller's own thread), :func:`~django_redislock.drivers.arun` for async callers on an
-:class:`AsyncExchange` (node calls as tasks on the caller's loop). Nodes a thread cannot
-drive (fakeredis, Sentinel pools) get the async exchange on the background loop.
+caller's own thread), :func:`~django_redislock.drivers.arun` for async callers on the
+same exchange, its sockets watched by the caller's loop. Nodes a thread cannot drive
+(fakeredis, Sentinel pools) get :class:`AsyncExchange` (node calls as tasks on the
+caller's loop, or on the background loop for sync callers).
 
 The rules here are the transport's: a reply counts only if it came within the validity
 (``ttl`` minus the clock-drift margin, from just before the send); an acquire writes a
@@ -118,7 +119,13 @@ class Quorum:
             return sync_exchange.Exchange(self.connections, self.deadlines, self.behind)
         return LoopExchange(AsyncExchange(self.connections, self.deadlines, self.inflight))
 
-    async def aopen(self) -> AsyncExchange:
+    async def aopen(self) -> Any:
+        """An exchange for an async caller: the same as a thread's, its sockets watched by
+        the running loop, when every node and the loop allow."""
+        if self.threaded is None:
+            self.threaded = sync_exchange.supports(self.connections)
+        if self.threaded and sync_exchange.loop_supports(asyncio.get_running_loop()):
+            return sync_exchange.Exchange(self.connections, self.deadlines, self.behind)
         return AsyncExchange(self.connections, self.deadlines, self.inflight)
 
     # -- calls --------------------------------------------------------------------------

@@ -14,14 +14,15 @@ import struct
 import threading
 from typing import Literal
 
-Mode = Literal["mute", "silent", "half-then-reset"]
+Mode = Literal["mute", "silent", "half-then-reset", "half-then-silent"]
 LOCK_COMMANDS = {b"EVALSHA", b"EVAL", b"MULTI"}
 
 
 class ScriptedNode:
     """``mute``: accepts connections, never answers anything (not even the handshake).
     ``silent``: answers the handshake, never the lock command. ``half-then-reset``:
-    answers the lock command with half a reply, then resets the connection (RST)."""
+    answers the lock command with half a reply, then resets the connection (RST).
+    ``half-then-silent``: half a reply, then nothing more (the connection stays open)."""
 
     def __init__(self, mode: Mode) -> None:
         self.mode = mode
@@ -68,6 +69,8 @@ class ScriptedNode:
                         )
                         conn.close()  # SO_LINGER 0: the peer sees a reset
                         return
+                    elif self.mode == "half-then-silent":
+                        conn.sendall(b"*2\r\n:1\r\n")
         except OSError:
             return
 
