@@ -244,3 +244,20 @@ def test_the_loop_stays_free_while_a_node_is_silent(nodes):
     assert isinstance(results["q2"], TimeoutError)
     assert results["q0"] == results["q1"] == [None, -2]
     assert ticks >= 10, ticks  # about 60 in 0.3 s; a blocked loop gives 1 or 2
+
+
+def test_idle_connections_the_server_closed_are_replaced(nodes, call):
+    """Idle pooled connections are checked (one ``poll`` for all) before a write: the
+    ones whose server closed them are replaced, and every node answers."""
+    behind = nodes("real", "real", "real")
+    with exchange.Exchange(["q0", "q1", "q2"], Deadlines(1.0, 1.0)) as ex:  # warm every pool
+        call(ex, leases.GetAndPttl(KEY))
+    for alias in ("q0", "q2"):
+        server = behind[alias].client()
+        server.client_kill_filter(_type="normal", skipme=True)
+        pool = node_pool.pool_of(alias)
+        assert pool is not None and pool.idle
+        assert wait_until(lambda pool=pool: node_pool.ready([pool.idle[0]._sock.fileno()], 0), 5)
+    with exchange.Exchange(["q0", "q1", "q2"], Deadlines(1.0, 1.0)) as ex:
+        results = call(ex, leases.GetAndPttl(KEY))
+    assert results == {alias: [None, -2] for alias in ("q0", "q1", "q2")}

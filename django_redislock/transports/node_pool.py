@@ -65,13 +65,16 @@ class NodePool:
         self.loaded: set[str] = set()  # script SHAs this node has, as far as we know
         self.lock = threading.Lock()
 
-    def take(self) -> Any | None:
-        """An idle connection that is still good, or None."""
+    def take(self, check: bool = True) -> Any | None:
+        """An idle connection that is still good, or None. ``check=False``: the caller
+        checks it (nothing to read on an idle connection) itself."""
         while True:
             with self.lock:
                 if not self.idle:
                     return None
                 conn = self.idle.pop()
+            if not check:
+                return conn
             try:
                 if not conn.can_read(timeout=0):
                     return conn
