@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import select
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -203,6 +204,51 @@ class SequentialRedlock:
         for lock in self._locks:
             if lock._token is not None:
                 lock.release()
+
+
+class MajorityFloor:
+    """What bounds any 5-node Redlock client here: raw's two commands (``SET NX PX``,
+    ``EVALSHA`` compare-and-delete) written to every node at once on one connection each,
+    waiting for a majority's replies (``poll``), the rest read when they come. No fences,
+    no validity, no clean-up, no thread: the floor, not a lock to use."""
+
+    def __init__(self, clients: list[redis.Redis], name: str, ttl: float) -> None:
+        self._conns = [client.connection_pool.get_connection("SET") for client in clients]
+        self._sha = clients[0].script_load(RELEASE_LUA)
+        for client in clients[1:]:
+            client.script_load(RELEASE_LUA)
+        self._owed = [0] * len(clients)
+        self._key, self._px = name, int(ttl * 1000)
+        self._quorum = len(clients) // 2 + 1
+        self._token = b""
+
+    def _majority(self, *command: Any) -> list[Any]:
+        packed = self._conns[0].pack_command(*command)
+        for i, conn in enumerate(self._conns):
+            conn.send_packed_command(packed, check_health=False)
+            self._owed[i] += 1
+        by_fd = {conn._sock.fileno(): i for i, conn in enumerate(self._conns)}
+        replies: list[Any] = []
+        while len(replies) < self._quorum:
+            poller = select.poll()
+            for fd, i in by_fd.items():
+                if self._owed[i]:
+                    poller.register(fd, select.POLLIN)
+            for fd, _ in poller.poll():
+                i = by_fd[fd]
+                reply = self._conns[i].read_response()
+                self._owed[i] -= 1
+                if self._owed[i] == 0:
+                    replies.append(reply)
+        return replies
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        self._token = os.urandom(16)
+        replies = self._majority("SET", self._key, self._token, "NX", "PX", self._px)
+        return sum(1 for reply in replies if reply) >= self._quorum
+
+    def release(self) -> None:
+        self._majority("EVALSHA", self._sha, 1, self._key, self._token)
 
 
 # --------------------------------------------------------------------------- ours
@@ -424,6 +470,11 @@ def redlock_peers() -> dict[str, Peer]:
             "sequential-5",
             "sequential reference (5 nodes, one after the other)",
             lambda t, n, ttl: SequentialRedlock([client_for(u) for u in t.redlock_urls], n, ttl),
+        ),
+        "floor-5": Peer(
+            "floor-5",
+            "majority floor (raw's commands to 5 nodes at once, wait for 3; not a lock)",
+            lambda t, n, ttl: MajorityFloor([client_for(u) for u in t.redlock_urls], n, ttl),
         ),
         "pottery-5": Peer(
             "pottery-5",

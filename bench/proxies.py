@@ -36,33 +36,46 @@ def _serve(conn: Connection, upstreams: list[tuple[str, int]]) -> None:
 
 
 class ProxyGroup:
-    """One FaultProxy per upstream, in a helper process; ``urls`` lists their addresses."""
+    """One FaultProxy per upstream, each in a helper process of its own (five proxies in
+    one process contend for its GIL: the third reply of five then comes measurably later
+    than one proxy's only reply); ``urls`` lists their addresses."""
 
     def __init__(self, upstream_urls: list[str]) -> None:
-        upstreams = []
-        for url in upstream_urls:
-            host_port = url.split("//", 1)[1].split("/", 1)[0]
-            host, port = host_port.rsplit(":", 1)
-            upstreams.append((host, int(port)))
         ctx = multiprocessing.get_context("spawn")
-        self._conn, child = ctx.Pipe()
-        self._proc = ctx.Process(target=_serve, args=(child, upstreams), daemon=True)
-        self._proc.start()
-        if not self._conn.poll(30):
-            raise RuntimeError("the proxy helper did not start")
-        self.urls: list[str] = self._conn.recv()
+        self._helpers: list[tuple[Connection, Any]] = []
+        self.urls: list[str] = []
+        try:
+            for url in upstream_urls:
+                host_port = url.split("//", 1)[1].split("/", 1)[0]
+                host, port = host_port.rsplit(":", 1)
+                conn, child = ctx.Pipe()
+                proc = ctx.Process(target=_serve, args=(child, [(host, int(port))]), daemon=True)
+                proc.start()
+                self._helpers.append((conn, proc))
+            for conn, _ in self._helpers:
+                if not conn.poll(30):
+                    raise RuntimeError("a proxy helper did not start")
+                self.urls.extend(conn.recv())
+        except BaseException:
+            self.close()
+            raise
 
     def delay(self, seconds: list[float]) -> None:
         """Set each proxy's one-way delay (seconds) in upstream order."""
-        self._conn.send(("delay", seconds))
-        self._conn.recv()
+        for (conn, _), value in zip(self._helpers, seconds, strict=True):
+            conn.send(("delay", [value]))
+        for conn, _ in self._helpers:
+            conn.recv()
 
     def close(self) -> None:
-        """Stop the proxies and the helper process."""
-        with contextlib.suppress(BrokenPipeError, OSError):
-            self._conn.send(("stop",))
-            self._conn.poll(10)
-        self._proc.join(10)
-        if self._proc.is_alive():
-            self._proc.kill()
-            self._proc.join()
+        """Stop the proxies and their helper processes."""
+        for conn, _ in self._helpers:
+            with contextlib.suppress(BrokenPipeError, OSError):
+                conn.send(("stop",))
+        for conn, proc in self._helpers:
+            with contextlib.suppress(BrokenPipeError, OSError):
+                conn.poll(10)
+            proc.join(10)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()

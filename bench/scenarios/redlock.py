@@ -120,6 +120,8 @@ def _ratios(
         pairs = [
             ("one slow vs all fast", one, via, peer.key),
             ("all slow vs raw node 0 slow", every, every, "raw-node0"),
+            ("all fast vs the majority floor", fast, fast, "floor-5"),
+            ("all slow vs the majority floor", every, every, "floor-5"),
         ]
         for label, cond, base_cond, base_key in pairs:
             a, b = (
@@ -129,4 +131,18 @@ def _ratios(
             if cond in conditions and a > 0 and b > 0:  # NaN when missing
                 parts.append(f"{label} {a / b:.2f}x")
         notes.append(f"{peer.label}: " + "; ".join(parts))
+    floor_fast = median(values.get((fast, "floor-5"), []))
+    floor_slow = median(values.get((every, "floor-5"), []))
+    raw, raw_slow = (
+        median(values.get((fast, "raw"), [])),
+        median(values.get((every, "raw-node0"), [])),
+    )
+    if floor_fast > 0 and raw > 0:
+        bound = (
+            "what bounds any 5-node client here: the majority floor is "
+            f"{floor_fast / raw:.2f}x one raw cycle"
+        )
+        if floor_slow > 0 and raw_slow > 0:
+            bound += f", and all slow {floor_slow / raw_slow:.2f}x raw node 0 slow"
+        notes.append(bound)
     return notes
