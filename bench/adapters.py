@@ -376,13 +376,18 @@ def _signalled_lock_class(base: type, signals: Any) -> type:
 
 
 class AsyncOursLock:
-    """``django_redislock.Lock`` through ``aacquire`` / ``arelease``."""
+    """``django_redislock.Lock`` (or ``Redlock``) through ``aacquire`` / ``arelease``."""
 
-    def __init__(self, target: Target, name: str, ttl: float) -> None:
+    def __init__(self, target: Target, name: str, ttl: float, redlock: bool = False) -> None:
         setup_django(target.django_settings)
         import django_redislock
 
-        self._lock = django_redislock.Lock(name, ttl=ttl)
+        if redlock:
+            prefix = target.redlock_alias_prefix
+            aliases = [f"{prefix}{i}" for i in range(len(target.redlock_urls))]
+            self._lock = django_redislock.Redlock(name, connections=aliases, ttl=ttl)
+        else:
+            self._lock = django_redislock.Lock(name, ttl=ttl)
 
     async def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
         return bool(await self._lock.aacquire(blocking=blocking, timeout=timeout))
@@ -514,3 +519,15 @@ ASYNC_PEERS: dict[str, AsyncPeer] = {
         ours_skip_reason,
     ),
 }
+
+
+def redlock_async_peers() -> dict[str, AsyncPeer]:
+    """Async peers over the five Redlock nodes (scenario 3)."""
+    return {
+        "ours-redlock-5-async": AsyncPeer(
+            "ours-redlock-5-async",
+            "django-redislock Redlock, aacquire/arelease (5 nodes)",
+            lambda t, n, ttl: AsyncOursLock(t, n, ttl, redlock=True),
+            lambda: ours_skip_reason() or ours_feature("Redlock"),
+        ),
+    }

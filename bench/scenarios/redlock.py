@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 
-from bench.adapters import SYNC_PEERS, Peer, Target, redlock_peers
+from bench.adapters import (
+    SYNC_PEERS,
+    AsyncPeer,
+    Peer,
+    Target,
+    redlock_async_peers,
+    redlock_peers,
+)
 from bench.context import Context
 from bench.report import Section, Table
 from bench.stats import fmt, median
@@ -14,7 +22,9 @@ TTL = 10.0
 SLOW = 0.002  # seconds each way
 
 
-def _cycle_us(peer: Peer, target: Target, name: str, cycles: int) -> float:
+def _cycle_us(peer: Peer | AsyncPeer, target: Target, name: str, cycles: int) -> float:
+    if isinstance(peer, AsyncPeer):
+        return float(asyncio.run(_acycle_us(peer, target, name, cycles)))
     lock = peer.build(target, name, TTL)
     for _ in range(3):
         lock.acquire(blocking=False)
@@ -24,6 +34,19 @@ def _cycle_us(peer: Peer, target: Target, name: str, cycles: int) -> float:
         if not lock.acquire(blocking=False):
             raise RuntimeError(f"{peer.key}: uncontended acquire failed")
         lock.release()
+    return (time.perf_counter_ns() - start) / cycles / 1000
+
+
+async def _acycle_us(peer: AsyncPeer, target: Target, name: str, cycles: int) -> float:
+    lock = peer.build(target, name, TTL)
+    for _ in range(3):
+        await lock.acquire(blocking=False)
+        await lock.release()
+    start = time.perf_counter_ns()
+    for _ in range(cycles):
+        if not await lock.acquire(blocking=False):
+            raise RuntimeError(f"{peer.key}: uncontended acquire failed")
+        await lock.release()
     return (time.perf_counter_ns() - start) / cycles / 1000
 
 
@@ -52,8 +75,8 @@ def run(ctx: Context) -> Section:
             ("one slow", proxied, [SLOW] + [0.0] * 4),
             ("all slow", proxied, [SLOW] * 5),
         ]
-    peers: list[Peer] = [SYNC_PEERS["raw"]]
-    for peer in redlock_peers().values():
+    peers: list[Peer | AsyncPeer] = [SYNC_PEERS["raw"]]
+    for peer in [*redlock_peers().values(), *redlock_async_peers().values()]:
         reason = peer.skip()
         if reason:
             section.notes.append(f"{peer.label}: skipped, {reason}")
@@ -99,7 +122,9 @@ def run(ctx: Context) -> Section:
 
 
 def _ratios(
-    values: dict[tuple[str, str], list[float]], conditions: list[str], peers: list[Peer]
+    values: dict[tuple[str, str], list[float]],
+    conditions: list[str],
+    peers: list[Peer | AsyncPeer],
 ) -> list[str]:
     """The issue-36 targets, per Redlock peer: against the sequential reference in every
     round (all fast, direct), one slow node against all fast and all slow against one slow
