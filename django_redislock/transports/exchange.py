@@ -432,7 +432,11 @@ class _LoopWatch:
                 self.loop.add_reader(fd, self._wake)
                 self.socks[fd] = sock
         self.woken = self.loop.create_future()
-        await asyncio.wait({self.woken}, timeout=timeout)
+        timer = self.loop.call_later(timeout, self._wake)  # cheaper than asyncio.wait
+        try:
+            await self.woken
+        finally:
+            timer.cancel()
         return node_pool.ready(list(socks), 0)
 
     def close(self) -> None:
