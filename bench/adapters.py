@@ -322,19 +322,36 @@ def django_settings(
     }
 
 
+def _ours(target: Target, name: str, ttl: float, redlock: bool) -> Any:
+    """A ``django_redislock.Lock``, or a ``Redlock`` over the target's ``<prefix><i>`` aliases."""
+    setup_django(target.django_settings)
+    import django_redislock
+
+    if redlock:
+        prefix = target.redlock_alias_prefix
+        aliases = [f"{prefix}{i}" for i in range(len(target.redlock_urls))]
+        return django_redislock.Redlock(name, connections=aliases, ttl=ttl)
+    return django_redislock.Lock(name, ttl=ttl)
+
+
+async def time_async_cycles(lock: AsyncLock, key: str, cycles: int, warmup: int) -> float:
+    """µs per uncontended ``acquire`` + ``release`` of ``lock``, after ``warmup`` cycles."""
+    for _ in range(warmup):
+        await lock.acquire(blocking=False)
+        await lock.release()
+    start = time.perf_counter_ns()
+    for _ in range(cycles):
+        if not await lock.acquire(blocking=False):
+            raise RuntimeError(f"{key}: uncontended acquire failed")
+        await lock.release()
+    return (time.perf_counter_ns() - start) / cycles / 1000
+
+
 class OursLock:
     """``django_redislock.Lock`` (or ``Redlock`` over the ``node<i>`` aliases)."""
 
     def __init__(self, target: Target, name: str, ttl: float, redlock: bool = False) -> None:
-        setup_django(target.django_settings)
-        import django_redislock
-
-        if redlock:
-            prefix = target.redlock_alias_prefix
-            aliases = [f"{prefix}{i}" for i in range(len(target.redlock_urls))]
-            self._lock = django_redislock.Redlock(name, connections=aliases, ttl=ttl)
-        else:
-            self._lock = django_redislock.Lock(name, ttl=ttl)
+        self._lock = _ours(target, name, ttl, redlock)
 
     def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
         return bool(self._lock.acquire(blocking=blocking, timeout=timeout))
@@ -379,15 +396,7 @@ class AsyncOursLock:
     """``django_redislock.Lock`` (or ``Redlock``) through ``aacquire`` / ``arelease``."""
 
     def __init__(self, target: Target, name: str, ttl: float, redlock: bool = False) -> None:
-        setup_django(target.django_settings)
-        import django_redislock
-
-        if redlock:
-            prefix = target.redlock_alias_prefix
-            aliases = [f"{prefix}{i}" for i in range(len(target.redlock_urls))]
-            self._lock = django_redislock.Redlock(name, connections=aliases, ttl=ttl)
-        else:
-            self._lock = django_redislock.Lock(name, ttl=ttl)
+        self._lock = _ours(target, name, ttl, redlock)
 
     async def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
         return bool(await self._lock.aacquire(blocking=blocking, timeout=timeout))

@@ -13,6 +13,7 @@ from bench.adapters import (
     Target,
     redlock_async_peers,
     redlock_peers,
+    time_async_cycles,
 )
 from bench.context import Context
 from bench.report import Section, Table
@@ -38,16 +39,7 @@ def _cycle_us(peer: Peer | AsyncPeer, target: Target, name: str, cycles: int) ->
 
 
 async def _acycle_us(peer: AsyncPeer, target: Target, name: str, cycles: int) -> float:
-    lock = peer.build(target, name, TTL)
-    for _ in range(3):
-        await lock.acquire(blocking=False)
-        await lock.release()
-    start = time.perf_counter_ns()
-    for _ in range(cycles):
-        if not await lock.acquire(blocking=False):
-            raise RuntimeError(f"{peer.key}: uncontended acquire failed")
-        await lock.release()
-    return (time.perf_counter_ns() - start) / cycles / 1000
+    return await time_async_cycles(peer.build(target, name, TTL), peer.key, cycles, warmup=3)
 
 
 def run(ctx: Context) -> Section:

@@ -6,7 +6,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
-from bench.adapters import ASYNC_PEERS, SYNC_PEERS, AsyncPeer, Peer, Target
+from bench.adapters import ASYNC_PEERS, SYNC_PEERS, AsyncPeer, Peer, Target, time_async_cycles
 from bench.context import Context
 from bench.report import Section, Table
 from bench.stats import fmt, median
@@ -41,15 +41,7 @@ def _time_sync(peer: Peer, target: Target, cycles: int, warmup: int) -> float:
 async def _time_async(peer: AsyncPeer, target: Target, cycles: int, warmup: int) -> float:
     lock = peer.build(target, f"bench:s1:{peer.key}", TTL)
     try:
-        for _ in range(warmup):
-            await lock.acquire(blocking=False)
-            await lock.release()
-        start = time.perf_counter_ns()
-        for _ in range(cycles):
-            if not await lock.acquire(blocking=False):
-                raise RuntimeError(f"{peer.key}: uncontended acquire failed")
-            await lock.release()
-        return (time.perf_counter_ns() - start) / cycles / 1000
+        return await time_async_cycles(lock, peer.key, cycles, warmup)
     finally:
         close = getattr(lock, "aclose", None)
         if close is not None:
