@@ -719,6 +719,7 @@ def test_the_watchdog_renews_redlocks_on_the_same_nodes_in_one_exchange(cluster)
     for lock in locks:
         assert lock.acquire(timeout=0)
     assert len({lock.transport.renew_group for lock in locks}) == 1
+    assert all(settled(lock) for lock in locks)  # no late SET lands after the DELs below
     c.clients[0].delete(key("batch-1"))
     c.clients[1].delete(key("batch-1"))  # batch-1 lost its majority
     ops = [lock.ops.extend(lock.token, 9000) for lock in locks]
