@@ -390,6 +390,7 @@ def chromium() -> Iterator[Any]:
 
 
 def test_browser_walk_home_locked_view_admin_release(demo: Demo, chromium: Any) -> None:
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -437,8 +438,12 @@ def test_browser_walk_home_locked_view_admin_release(demo: Demo, chromium: Any) 
     driver.find_element(By.LINK_TEXT, "Force-release").click()
     assert "Are you sure" in driver.find_element(By.ID, "content").text
     driver.find_element(By.CSS_SELECTOR, "input[type=submit][value^='Yes']").click()
-    messages = driver.find_element(By.CSS_SELECTOR, "ul.messagelist").text
-    assert "“sync:crm-contacts” was force-released" in messages
+    # The click submits a form: until the next page is in, an element found may belong to
+    # the page being left (make test once read a stale one).
+    released = "“sync:crm-contacts” was force-released"
+    WebDriverWait(driver, 10, ignored_exceptions=(StaleElementReferenceException,)).until(
+        lambda d: released in d.find_element(By.CSS_SELECTOR, "ul.messagelist").text
+    )
 
 
 def test_election_page_kill_the_leader_and_another_takes_over(demo: Demo, chromium: Any) -> None:
