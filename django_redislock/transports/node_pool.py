@@ -287,10 +287,10 @@ class _Reaper:
             now = time.monotonic()
             with self.lock:
                 fds = list(self.owed)
-                wake_at = [o.pending[0][1] for o in self.owed.values() if o.pending]
-                wake_at += [until for until, _ in self.resting]
-                self.wake_at = min(wake_at, default=float("inf"))
-            timeout = None if not wake_at else max(0.0, self.wake_at - now)
+                looks = [o.pending[0][1] for o in self.owed.values() if o.pending]
+                looks += [until for until, _ in self.resting]
+                self.wake_at = min(looks, default=float("inf"))
+            timeout = None if not looks else max(0.0, self.wake_at - now)
             readable = set(_ready([self.wake_r, *fds], timeout))
             if self.wake_r in readable:
                 with contextlib.suppress(BlockingIOError):

@@ -42,7 +42,6 @@ from .nodes import (
     describe,
     failed,
     first_error,
-    run_sync,
     script_op,
 )
 
@@ -109,24 +108,22 @@ class Quorum:
     # -- exchanges ----------------------------------------------------------------------
     def open(self) -> Any:
         """An exchange for a sync caller: from its own thread when every node allows."""
-        if self.threaded is None:
-            self.threaded = sync_exchange.supports(self.connections)
-        if self.threaded:
-            # Calls this lock made from an event loop and still running: write after them.
-            running = [task for task in self.inflight.values() if not task.done()]
-            if running:
-                run_sync(asyncio.wait(running, timeout=self.deadlines.command))
+        if self._threaded():
             return sync_exchange.Exchange(self.connections, self.deadlines, self.behind)
         return LoopExchange(AsyncExchange(self.connections, self.deadlines, self.inflight))
 
     async def aopen(self) -> Any:
         """An exchange for an async caller: the same as a thread's, its sockets watched by
         the running loop, when every node and the loop allow."""
-        if self.threaded is None:
-            self.threaded = sync_exchange.supports(self.connections)
-        if self.threaded and sync_exchange.loop_supports(asyncio.get_running_loop()):
+        if self._threaded() and sync_exchange.loop_supports(asyncio.get_running_loop()):
             return sync_exchange.Exchange(self.connections, self.deadlines, self.behind)
         return AsyncExchange(self.connections, self.deadlines, self.inflight)
+
+    def _threaded(self) -> bool:
+        """Can every node be driven from the caller's thread or loop (asked once)?"""
+        if self.threaded is None:
+            self.threaded = sync_exchange.supports(self.connections)
+        return self.threaded
 
     # -- calls --------------------------------------------------------------------------
     def settle(self, op: Operation) -> Generator[Step, Any, bool]:
