@@ -35,6 +35,7 @@ _LAZY = {
     "alock_info": ".inspection",
     "force_release": ".inspection",
     "LockInfo": ".inspection",
+    "LockHolder": ".inspection",
 }
 
 if TYPE_CHECKING:
@@ -47,6 +48,7 @@ __all__ = [
     "Lock",
     "LockBackendUnavailable",
     "LockConfigurationError",
+    "LockHolder",
     "LockInfo",
     "LockLost",
     "LockNotAcquired",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,8 +39,41 @@ class LockOwner:
 
 
 @dataclass(frozen=True)
+class LockHolder:
+    """One holder of a lock: a mutex has one, a semaphore one per permit held."""
+
+    host: str
+    pid: int | None
+    thread: str
+    #: What the holder guards: a view's dotted path, ``manage.py <command>``, a function.
+    purpose: str
+    acquired_at: dt.datetime | None
+    #: Seconds of TTL left on this holder's lease (``None``: no TTL, which ours never lack).
+    ttl: float | None
+    fence: int | None
+    watchdog: bool
+    #: The holder's token: what a token-checked force-release needs. Treat as a secret.
+    token: str
+
+    @property
+    def owner(self) -> LockOwner:
+        """Where the holder runs."""
+        return LockOwner(self.host, self.pid, self.thread)
+
+    @property
+    def short_token(self) -> str:
+        """The first characters of the token: enough to tell holders apart."""
+        return self.token[:6] + "…"
+
+
+@dataclass(frozen=True)
 class LockInfo:
-    """One held lock, as read from Redis."""
+    """One held lock, as read from Redis.
+
+    ``holders`` lists every holder (one for a mutex, one per permit for a semaphore);
+    the single-holder fields (``owner``, ``purpose``, ``ttl``, ``fence``, ``token``...)
+    describe the first of them, the one that has held longest.
+    """
 
     name: str
     key: str
@@ -55,6 +88,12 @@ class LockInfo:
     connection: str
     #: The holder's token: what a token-checked force-release needs. Treat as a secret.
     token: str
+    #: The kind's name in the registry: ``"lock"``, ``"semaphore"``...
+    kind: str = "lock"
+    #: Every holder, longest-held first.
+    holders: tuple[LockHolder, ...] = ()
+    #: How many holders the kind allows at once, when it says (semaphores); else ``None``.
+    limit: int | None = None
 
     @property
     def short_token(self) -> str:
@@ -62,8 +101,8 @@ class LockInfo:
         return self.token[:6] + "…"
 
 
-def info_from_state(name: str, key: str, state: HolderState, alias: str) -> LockInfo:
-    """A :class:`LockInfo` from a holder read by a script (``read_holder``, a busy acquire)."""
+def holder_from_state(state: HolderState) -> LockHolder:
+    """A :class:`LockHolder` from a holder read by a script (``read_holder``, a busy acquire)."""
     fields = parse_holder(state.description) if state.description else {}
     pid = fields.get("pid", "")
     stamp = fields.get("acquired_at", "")
@@ -71,22 +110,50 @@ def info_from_state(name: str, key: str, state: HolderState, alias: str) -> Lock
         acquired = dt.datetime.fromtimestamp(float(stamp), tz=dt.timezone.utc) if stamp else None
     except ValueError:
         acquired = None
+    return LockHolder(
+        host=fields.get("host", ""),
+        pid=int(pid) if pid.isdigit() else None,
+        thread=fields.get("thread", ""),
+        purpose=fields.get("purpose", ""),
+        acquired_at=acquired,
+        ttl=None if state.pttl_ms < 0 else state.pttl_ms / 1000,
+        fence=state.fence or None,
+        watchdog=fields.get("watchdog") == "1",
+        token=state.token,
+    )
+
+
+def info_from_holders(
+    name: str,
+    key: str,
+    holders: Sequence[LockHolder],
+    alias: str,
+    *,
+    kind: str = "lock",
+    limit: int | None = None,
+) -> LockInfo:
+    """A :class:`LockInfo` of ``holders`` (at least one), longest-held first."""
+    first = holders[0]
     return LockInfo(
         name=name,
         key=key,
-        ttl=None if state.pttl_ms < 0 else state.pttl_ms / 1000,
-        owner=LockOwner(
-            host=fields.get("host", ""),
-            pid=int(pid) if pid.isdigit() else None,
-            thread=fields.get("thread", ""),
-        ),
-        purpose=fields.get("purpose", ""),
-        acquired_at=acquired,
-        fence=state.fence or None,
-        watchdog=fields.get("watchdog") == "1",
+        ttl=first.ttl,
+        owner=first.owner,
+        purpose=first.purpose,
+        acquired_at=first.acquired_at,
+        fence=first.fence,
+        watchdog=first.watchdog,
         connection=alias,
-        token=state.token,
+        token=first.token,
+        kind=kind,
+        holders=tuple(holders),
+        limit=limit,
     )
+
+
+def info_from_state(name: str, key: str, state: HolderState, alias: str) -> LockInfo:
+    """A :class:`LockInfo` of a mutex from its holder as read by a script."""
+    return info_from_holders(name, key, [holder_from_state(state)], alias)
 
 
 def _keys(name: str) -> LockKeys:
