@@ -32,6 +32,7 @@ from django.http import (
     HttpResponseNotAllowed,
     HttpResponseRedirect,
 )
+from django.template.defaultfilters import pluralize
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import formats, timezone
@@ -44,6 +45,7 @@ from .exceptions import InvalidLockName, RedisLockError
 from .inspection import (
     CHANGED_HANDS,
     RELEASED,
+    LockHolder,
     LockInfo,
     ReleaseResult,
     force_release_holder,
@@ -55,6 +57,12 @@ from .keys import validate_name
 from .models import HeldLock
 
 ACTION_NAME = "release_selected"
+#: The release page's parameter naming one holder (its token's first characters).
+HOLDER_VAR = "holder"
+
+
+def _with_query(url: str, query: dict[str, str]) -> str:
+    return f"{url}{'&' if '?' in url else '?'}{urlencode(query)}"
 
 
 def format_ttl(seconds: float | None) -> str:
@@ -77,22 +85,35 @@ def format_moment(moment: dt.datetime | None) -> str:
     return f"{formats.localize(local)} ({timesince(moment)} ago)"
 
 
-def holder_fields(info: LockInfo, alias: str) -> list[tuple[str, str]]:
-    """(label, text) pairs describing a held lock, for the detail and confirmation pages."""
-    owner = info.owner
+def holders_text(info: LockInfo) -> str:
+    """How many hold it: ``1``, or ``2 of 3`` where the kind has a limit."""
+    count = len(info.holders)
+    return str(count) if info.limit is None else f"{count} of {info.limit}"
+
+
+def lock_fields(info: LockInfo, alias: str) -> list[tuple[str, str]]:
+    """(label, text) pairs describing a held lock as a whole."""
     return [
         ("Name", info.name),
-        ("Purpose", info.purpose or "—"),
-        ("Host", owner.host or "—"),
-        ("Process ID", "—" if owner.pid is None else str(owner.pid)),
-        ("Thread", owner.thread or "—"),
-        ("TTL left", format_ttl(info.ttl)),
-        ("Acquired at", format_moment(info.acquired_at)),
-        ("Fence", "—" if info.fence is None else str(info.fence)),
-        ("Watchdog", "on (renewed while the holder runs)" if info.watchdog else "off"),
-        ("Token", info.short_token),
+        ("Kind", info.kind),
+        ("Holders", holders_text(info)),
         ("Redis key", info.key),
         ("Connection", alias),
+    ]
+
+
+def holder_fields(holder: LockHolder) -> list[tuple[str, str]]:
+    """(label, text) pairs describing one holder, for the detail and confirmation pages."""
+    return [
+        ("Purpose", holder.purpose or "—"),
+        ("Host", holder.host or "—"),
+        ("Process ID", "—" if holder.pid is None else str(holder.pid)),
+        ("Thread", holder.thread or "—"),
+        ("TTL left", format_ttl(holder.ttl)),
+        ("Acquired at", format_moment(holder.acquired_at)),
+        ("Fence", "—" if holder.fence is None else str(holder.fence)),
+        ("Watchdog", "on (renewed while the holder runs)" if holder.watchdog else "off"),
+        ("Token", holder.short_token),
     ]
 
 
@@ -217,13 +238,28 @@ class HeldLockAdmin(admin.ModelAdmin):
         }
 
     def _row(self, info: LockInfo, alias: str) -> dict[str, Any]:
+        release_url = self._lock_url("release", info, alias)
+        several = len(info.holders) > 1
         return {
             "info": info,
             "ttl": format_ttl(info.ttl),
             "acquired_at": format_moment(info.acquired_at),
-            "fields": holder_fields(info, alias),
+            "fields": lock_fields(info, alias),
+            "holders_text": holders_text(info),
+            "more_holders": len(info.holders) - 1,
+            "holders": [
+                {
+                    "holder": holder,
+                    "ttl": format_ttl(holder.ttl),
+                    "fields": holder_fields(holder),
+                    "heading": f"Holder {number} of {len(info.holders)}" if several else "Holder",
+                    # Names the holder by its token's first characters, never the whole token.
+                    "release_url": _with_query(release_url, {HOLDER_VAR: holder.token[:6]}),
+                }
+                for number, holder in enumerate(info.holders, 1)
+            ],
             "detail_url": self._lock_url("change", info, alias),
-            "release_url": self._lock_url("release", info, alias),
+            "release_url": release_url,
         }
 
     # -- change list ---------------------------------------------------------
@@ -364,19 +400,38 @@ class HeldLockAdmin(admin.ModelAdmin):
         alias = self._alias(request)
         name = self._name(object_id)
         if request.method == "POST":
-            token = request.POST.get("token", "")
-            result = self._release(request, name, token, alias)
-            if result is not None and result.status == CHANGED_HANDS and result.info:
+            tokens = request.POST.getlist("token") or [""]
+            quiet = len(tokens) > 1
+            results = [self._release(request, name, t, alias, quiet=quiet) for t in tokens]
+            done = sum(1 for r in results if r is not None and r.released)
+            if quiet and done:
+                self.message_user(
+                    request,
+                    f"{done} holder{pluralize(done)} of lock “{name}” force-released.",
+                    messages.SUCCESS,
+                )
+            if any(r is not None and r.status == CHANGED_HANDS and r.info for r in results):
                 return HttpResponseRedirect(self._lock_url("change", name, alias))
             return HttpResponseRedirect(self._url("changelist"))
         info = self._held(request, name, alias, "is not held; nothing to release")
         if isinstance(info, HttpResponse):
             return info
+        row = self._row(info, alias)
+        chosen = request.GET.get(HOLDER_VAR, "")
+        if chosen:
+            row["holders"] = [h for h in row["holders"] if h["holder"].token.startswith(chosen)]
+            if len(chosen) < 6 or not row["holders"]:
+                self.message_user(
+                    request,
+                    f"That holder of lock “{name}” holds it no more; nothing to release.",
+                    messages.WARNING,
+                )
+                return HttpResponseRedirect(self._lock_url("change", name, alias))
         context = self._context(
             request,
             "Are you sure?",
             object_name=name,
-            row=self._row(info, alias),
+            row=row,
             info=info,
             alias=alias,
             connection_var=CONNECTION_VAR,
@@ -393,14 +448,16 @@ class HeldLockAdmin(admin.ModelAdmin):
         if not pairs:
             self.message_user(request, "No locks were selected.", messages.WARNING)
             return HttpResponseRedirect(self._url("changelist"))
-        released = 0
-        for raw_name, token in pairs:
+        names = set()
+        for raw_name, token in pairs:  # one pair per holder shown
             try:
                 name = validate_name(raw_name)
             except InvalidLockName:
                 continue
             result = self._release(request, name, token, alias, quiet=True)
-            released += bool(result and result.released)
+            if result and result.released:
+                names.add(name)
+        released = len(names)
         if released:
             plural = "lock was" if released == 1 else "locks were"
             self.message_user(request, f"{released} {plural} force-released.", messages.SUCCESS)
@@ -454,11 +511,10 @@ class HeldLockAdmin(admin.ModelAdmin):
         """Write the admin log entry of a force-release."""
         content_type = ContentType.objects.get_for_model(HeldLock, for_concrete_model=False)
         if info is not None:
-            fence = "none" if info.fence is None else info.fence
-            message = (
-                f"Force-released on connection “{alias}”: held by {info.owner}"
-                f"{f' for {info.purpose}' if info.purpose else ''}, fence {fence}, "
-                f"token {info.short_token}"
+            message = f"Force-released on connection “{alias}”: " + "; ".join(
+                f"held by {h.owner}{f' for {h.purpose}' if h.purpose else ''}, fence "
+                f"{'none' if h.fence is None else h.fence}, token {h.short_token}"
+                for h in info.holders
             )
         else:
             message = f"Force-released on connection “{alias}”"

@@ -17,7 +17,8 @@ from .connection import lock_client
 from .exceptions import LockBackendUnavailable, RedisLockError
 from .holder import parse_holder
 from .keys import LockKeys, name_from_key, validate_prefix
-from .kinds import HolderState
+from .kinds import Holders, HolderState, Operation
+from .kinds.holders import key_type
 from .kinds.operation import text
 from .steps import Send, Step
 from .transports import wire
@@ -156,10 +157,6 @@ def info_from_state(name: str, key: str, state: HolderState, alias: str) -> Lock
     return info_from_holders(name, key, [holder_from_state(state)], alias)
 
 
-def _keys(name: str) -> LockKeys:
-    return registry.kind().keys(name)
-
-
 def _alias(connection: str | None) -> str:
     return get_config()["CONNECTION"] if connection is None else connection
 
@@ -183,17 +180,37 @@ async def alock_info(name: str, *, connection: str | None = None) -> LockInfo | 
 
 
 def read_info(name: str, connection: str | None) -> Generator[Step, Any, LockInfo | None]:
-    """:func:`lock_info` as steps (one script call), for either driver."""
-    kind = registry.kind()
-    keys = kind.keys(name)
+    """:func:`lock_info` as steps, for either driver: the name's kind (its key's Redis
+    type) and the default kind's holders in one round trip; another kind's holders in a
+    second one."""
+    default = registry.kind()
+    keys = default.keys(name)
     alias = _alias(connection)
-    try:
-        state = yield Send(SingleNode(alias), "call", (kind.operations(keys).read_holder(),))
-    except RedisError as exc:
-        raise _unavailable(alias, name, exc) from exc
-    if state is None:
+    node = SingleNode(alias)
+    found, holders = yield Send(
+        node, "call_many", ([key_type(keys.key), default.operations(keys).read_holders()],)
+    )
+    if isinstance(found, Exception):
+        raise _unavailable(alias, name, found) from found
+    kind = registry.kind_of_type(found)
+    if kind is None:  # not held (or a key of no kind of ours)
         return None
-    return info_from_state(name, keys.key, state, alias)
+    if kind is not default:
+        try:
+            holders = yield Send(node, "call", (kind.operations(keys).read_holders(),))
+        except RedisError as exc:
+            raise _unavailable(alias, name, exc) from exc
+    elif isinstance(holders, Exception):
+        raise _unavailable(alias, name, holders) from holders
+    return info_of(name, keys.key, kind.name, holders, alias)
+
+
+def info_of(name: str, key: str, kind: str, holders: Holders, alias: str) -> LockInfo | None:
+    """The :class:`LockInfo` of a kind's holder read, or ``None`` when nobody holds it."""
+    if not holders.states:
+        return None
+    records = [holder_from_state(state) for state in holders.states]
+    return info_from_holders(name, key, records, alias, kind=kind, limit=holders.limit)
 
 
 # -- force-release ------------------------------------------------------------
@@ -237,43 +254,54 @@ def force_release_holder(
     """Like :func:`force_release`, but says what happened and whom it removed.
 
     With ``token``, only the holder with that token is removed; ``CHANGED_HANDS``
-    means another holder (``info``) has it now, and it was left alone.
+    means it holds the lock no more while others (``info``) do, and they were left alone.
     """
-    keys = _keys(name)
     alias = _alias(connection)
     if token is not None and not token:
         raise ValueError("token must be a non-empty str, or None for whoever holds the lock")
-    info: LockInfo | None = None
     for attempt in range(_FORCE_RELEASE_ATTEMPTS + 1):
         info = lock_info(name, connection=connection)
         if info is None:
             return ReleaseResult(name, NOT_HELD, None)
-        if token is not None and info.token != token:
+        targets = [h for h in info.holders if token is None or h.token == token]
+        if not targets:
             return ReleaseResult(name, CHANGED_HANDS, info)
-        last = attempt == _FORCE_RELEASE_ATTEMPTS
-        expected = "" if last and token is None else info.token
-        try:
-            op = registry.kind().operations(keys).force_release(expected)
-            result = SingleNode(alias).call(op)
-        except RedisError as exc:
-            raise _unavailable(alias, name, exc) from exc
-        if result == 1:
-            removed = info if expected else None
+        kind = registry.kind(info.kind)
+        ops = kind.operations(kind.keys(name))
+        if attempt == _FORCE_RELEASE_ATTEMPTS and token is None:
+            # It kept changing hands between our reads and deletes: delete whoever holds it.
+            done = _call(alias, name, ops.force_release(""))
+            removed = None
+        else:
+            results = [_call(alias, name, ops.force_release(h.token)) for h in targets]
+            done = 1 if 1 in results else (-1 if -1 in results else 0)
+            removed = [h for h, result in zip(targets, results, strict=True) if result == 1]
+        if done == 1:
+            gone = info_from_holders(
+                name, info.key, removed, alias, kind=info.kind, limit=info.limit
+            ) if removed else None  # fmt: skip
             signals.notify(
                 signals.lock_force_released,
-                _lock_class(),
-                info=removed,
+                kind.lock_class(),
+                info=gone,
                 name=name,
                 connection=alias,
                 user=user,
             )
-            return ReleaseResult(name, RELEASED, removed)
-        if result == 0:  # expired between the read and the delete
+            return ReleaseResult(name, RELEASED, gone)
+        if done == 0:  # expired between the read and the delete
             return ReleaseResult(name, NOT_HELD, None)
         if token is not None:
             return ReleaseResult(name, CHANGED_HANDS, lock_info(name, connection=connection))
-        # Changed hands between our read and the delete: read the new holder.
+        # Changed hands between our read and the delete: read the new holders.
     return ReleaseResult(name, NOT_HELD, None)  # pragma: no cover - the last try is unconditional
+
+
+def _call(alias: str, name: str, op: Operation) -> Any:
+    try:
+        return SingleNode(alias).call(op)
+    except RedisError as exc:
+        raise _unavailable(alias, name, exc) from exc
 
 
 def force_release(
@@ -287,10 +315,6 @@ def force_release(
     Sends ``lock_force_released`` with the :class:`LockInfo` of the holder removed.
     """
     return force_release_holder(name, token=token, connection=connection, user=user).released
-
-
-def _lock_class() -> type:
-    return registry.kind().lock_class()
 
 
 # -- listing ----------------------------------------------------------------
@@ -360,26 +384,45 @@ def _next_count(count: int, found: int, wanted: int) -> int:
 
 
 def _read_batch(client: Any, raw_keys: list[Any], alias: str) -> list[LockInfo]:
-    """The holders of a batch of lock keys: the kind's holder reads, one round trip."""
-    kind = registry.kind()
+    """The holders of a batch of lock keys: each key's kind and the default kind's holders
+    in one round trip; the holders of other kinds' locks in a second one."""
+    default = registry.kind()
     prefix = get_config()["KEY_PREFIX"]
-    found: list[tuple[str, Any]] = []
+    found: list[tuple[str, LockKeys]] = []
     for raw in raw_keys:
         name = name_from_key(prefix, text(raw))
         if name is not None:
-            found.append((name, kind.keys(name)))
+            found.append((name, default.keys(name)))
     if not found:
         return []
-    ops = [kind.operations(keys).read_holder() for _, keys in found]
-    replies = wire.run_batch(client, ops)
+    reads = [
+        op
+        for _, keys in found
+        for op in (key_type(keys.key), default.operations(keys).read_holders())
+    ]
+    replies = wire.run_batch(client, reads)
+    kinds = [registry.kind_of_type(text(_raised(reply))) for reply in replies[::2]]
+    holders: list[Any] = [
+        reads[2 * i + 1].parse(_raised(replies[2 * i + 1])) if kind is default else None
+        for i, kind in enumerate(kinds)
+    ]
+    others = [i for i, kind in enumerate(kinds) if kind is not None and kind is not default]
+    if others:
+        ops = [kinds[i].operations(found[i][1]).read_holders() for i in others]  # type: ignore[union-attr]
+        for i, op, reply in zip(others, ops, wire.run_batch(client, ops), strict=True):
+            holders[i] = op.parse(_raised(reply))
     infos = []
-    for (name, keys), op, reply in zip(found, ops, replies, strict=True):
-        if isinstance(reply, Exception):
-            raise reply
-        state = op.parse(reply)
-        if state is not None:  # expired or released since the SCAN
-            infos.append(info_from_state(name, keys.key, state, alias))
+    for (name, keys), kind, read in zip(found, kinds, holders, strict=True):
+        info = None if kind is None else info_of(name, keys.key, kind.name, read, alias)
+        if info is not None:  # expired or released since the SCAN
+            infos.append(info)
     return infos
+
+
+def _raised(reply: Any) -> Any:
+    if isinstance(reply, Exception):
+        raise reply
+    return reply
 
 
 def held_locks(

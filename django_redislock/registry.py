@@ -42,6 +42,10 @@ class Kind:
     operations: Callable[[LockKeys], Any]
     #: The lock class per backend (dotted paths); the first is the default.
     classes: Mapping[str, str] = field(default_factory=dict)
+    #: The Redis type of its main key ``P:{N}``: ``TYPE`` tells which kind holds a name.
+    #: Give a new kind a type of its own; kinds sharing one are read as the first
+    #: registered of them.
+    redis_type: str = "string"
 
     def keys(self, name: str) -> LockKeys:
         """The Redis names of lock ``name`` under the configured prefix."""
@@ -75,6 +79,19 @@ def register(kind: Kind) -> Kind:
     return kind
 
 
+def unregister(name: str) -> None:
+    """Forget kind ``name`` (a kind defined for a test goes when the test ends)."""
+    _kinds.pop(name, None)
+
+
+def kind_of_type(redis_type: str) -> Kind | None:
+    """The (first registered) kind whose main key has Redis type ``redis_type``, if any."""
+    for candidate in _kinds.values():
+        if candidate.redis_type == redis_type:
+            return candidate
+    return None
+
+
 def kind(name: str = "lock") -> Kind:
     """The registered kind called ``name``."""
     try:
@@ -105,4 +122,4 @@ register(
     )
 )
 
-__all__ = ["BACKENDS", "Kind", "kind", "kinds", "register"]
+__all__ = ["BACKENDS", "Kind", "kind", "kind_of_type", "kinds", "register", "unregister"]

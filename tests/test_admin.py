@@ -163,6 +163,8 @@ def test_changelist_shows_held_locks_live(superuser):
         assert _detail("report:daily") in html
         assert 'class="action-select"' in html  # the superuser may release
         assert "breadcrumbs" in html and "admin/css/changelists.css" in html
+        assert '<td class="field-kind">lock</td>' in html
+        assert html.count('<td class="field-holders heldlock-num">1</td>') == 2
 
 
 def test_changelist_for_a_viewer_has_no_release_controls_nor_tokens(viewer):
@@ -174,6 +176,7 @@ def test_changelist_for_a_viewer_has_no_release_controls_nor_tokens(viewer):
     detail = client.get(_detail("report")).content.decode()
     assert lock.token[:6] in detail and lock.token not in detail
     assert "Force-release" not in detail
+    assert ">Lock</h2>" in detail and ">Holder</h2>" in detail and ">lock</div>" in detail
 
 
 def test_search_and_sort(superuser):

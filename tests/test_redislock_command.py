@@ -46,6 +46,10 @@ def test_list_table_and_json(lock_backend):
         assert 0 < entry["ttl"] <= 30 and entry["purpose"] == "nightly report"
         assert entry["connection"] == "default" and entry["watchdog"] is False
         assert entry["acquired_at"].endswith("+00:00")
+        assert (entry["kind"], entry["limit"]) == ("lock", None)
+        [holder] = entry["holders"]
+        assert holder["token_prefix"] == a.token[:6] and holder["fence"] == a.fence
+        assert holder["owner"] == entry["owner"] and holder["purpose"] == "nightly report"
         assert [d["name"] for d in json.loads(run("list", "--pattern", "report:*", "--json"))] == [
             "report:daily"
         ]
@@ -74,6 +78,7 @@ def test_inspect(lock_backend):
         text = run("inspect", "job")
         assert "the job" in text and f"{lock.token[:6]}…" in text and lock.token not in text
         assert f"Fence:       {lock.fence}" in text
+        assert "Kind:        lock" in text and "Holders:     1" in text
         data = json.loads(run("inspect", "job", "--json"))
         assert data["name"] == "job" and data["token_prefix"] == lock.token[:6]
     with pytest.raises(CommandError, match="not held"):

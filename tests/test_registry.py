@@ -56,9 +56,9 @@ def test_inspection_reads_holders_with_the_registered_operations(lock_backend: A
     reads = []
 
     class CountingMutex(Mutex):
-        def read_holder(self) -> Any:
+        def read_holders(self) -> Any:
             reads.append(self.keys.name)
-            return super().read_holder()
+            return super().read_holders()
 
     registry.register(registry.Kind("lock", operations=CountingMutex, classes={"redis": "x"}))
     with Lock("looked-up", ttl=5, purpose="registry") as held:

@@ -35,7 +35,8 @@ CORE_COMMANDS = [
     "exists",  # locked()
     "subscribe", "unsubscribe",  # the shared release subscriber
 ]  # fmt: skip
-INSPECT_COMMANDS = ["scan"]  # held_locks / the admin page (holders are read by a script)
+# held_locks / the admin page (holders are read by a script; TYPE tells the kinds apart)
+INSPECT_COMMANDS = ["scan", "type"]
 
 
 # -- tokens ------------------------------------------------------------------------------------

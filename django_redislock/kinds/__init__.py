@@ -5,7 +5,8 @@ keys, args, reply parser); a transport (:mod:`django_redislock.transports`)
 decides how it reaches Redis.
 """
 
-from .mutex import Busy, Granted, HolderState, Mutex
+from .holders import Holders, HolderState
+from .mutex import Busy, Granted, Mutex
 from .operation import Operation
 
-__all__ = ["Busy", "Granted", "HolderState", "Mutex", "Operation"]
+__all__ = ["Busy", "Granted", "HolderState", "Holders", "Mutex", "Operation"]

@@ -20,19 +20,8 @@ from ..scripts import (
     RELEASE,
     UNCLAIM,
 )
-from .operation import Operation, is_one, raw, text
-
-
-class HolderState(NamedTuple):
-    """Who holds a lock, read from Redis in one call."""
-
-    token: str
-    #: ms of TTL left (-1: no TTL, which our locks never have).
-    pttl_ms: int
-    #: The holder's fence (0: none recorded).
-    fence: int
-    #: The holder description written at acquire time (``holder.parse_holder`` reads it).
-    description: str
+from .holders import Holders, HolderState, holder_state
+from .operation import Operation, is_one, raw
 
 
 class Granted(NamedTuple):
@@ -69,8 +58,14 @@ def parse_acquire(reply: Any) -> Granted | Busy:
         return Granted(int(reply[1]))
     wait_ms = int(reply[1])
     server_ms = int(reply[2]) if len(reply) > 2 and int(reply[2]) >= 0 else None
-    holder = _holder_state(reply[3], wait_ms, reply[4], reply[5]) if len(reply) > 5 else None
+    holder = holder_state(reply[3], wait_ms, reply[4], reply[5]) if len(reply) > 5 else None
     return Busy(wait_ms, server_ms, holder)
+
+
+def parse_holders(reply: Any) -> Holders:
+    """``read_holder.lua``'s reply as :class:`Holders`: none, or the one holder."""
+    state = parse_holder_state(reply)
+    return Holders(() if state is None else (state,))
 
 
 def parse_holder_state(reply: Any) -> HolderState | None:
@@ -78,15 +73,7 @@ def parse_holder_state(reply: Any) -> HolderState | None:
     if not reply:
         return None
     token, pttl, fence, description = reply
-    return _holder_state(token, int(pttl), fence, description)
-
-
-def _holder_state(token: Any, pttl_ms: int, fence: Any, description: Any) -> HolderState:
-    # The scripts send '' for a fence or description the metadata does not have.
-    fence_text = text(fence)
-    return HolderState(
-        text(token), pttl_ms, int(fence_text) if fence_text.isdigit() else 0, text(description)
-    )
+    return holder_state(token, int(pttl), fence, description)
 
 
 class Mutex:
@@ -190,6 +177,10 @@ class Mutex:
         """Who holds the lock: a :class:`HolderState`, or ``None`` when free."""
         return Operation(READ_HOLDER, self._extend_keys, (), parse_holder_state)
 
+    def read_holders(self) -> Operation:
+        """Every holder, as every kind reads them: :class:`Holders` (none, or one)."""
+        return Operation(READ_HOLDER, self._extend_keys, (), parse_holders)
+
     def force_release(self, token: str | None = None) -> Operation:
         """Delete the lock whoever holds it (or only ``token``'s): 1, 0 (free) or -1 (other)."""
         keys = self.keys
@@ -204,4 +195,5 @@ __all__ = [
     "Mutex",
     "parse_acquire",
     "parse_holder_state",
+    "parse_holders",
 ]

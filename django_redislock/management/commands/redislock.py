@@ -20,6 +20,7 @@ from django_redislock.exceptions import RedisLockError
 from django_redislock.inspection import (
     CHANGED_HANDS,
     RELEASED,
+    LockHolder,
     LockInfo,
     force_release_holder,
     held_locks,
@@ -35,10 +36,25 @@ def token_prefix(token: str) -> str:
     return token[:MIN_TOKEN_PREFIX]
 
 
+def holder_dict(holder: LockHolder) -> dict[str, Any]:
+    """A JSON-ready description of one holder, without its full token."""
+    return {
+        "owner": {"host": holder.host, "pid": holder.pid, "thread": holder.thread},
+        "purpose": holder.purpose,
+        "ttl": None if holder.ttl is None else round(holder.ttl, 3),
+        "acquired_at": holder.acquired_at.isoformat() if holder.acquired_at else None,
+        "fence": holder.fence,
+        "watchdog": holder.watchdog,
+        "token_prefix": token_prefix(holder.token),
+    }
+
+
 def info_dict(info: LockInfo) -> dict[str, Any]:
-    """A JSON-ready description of a held lock, without its full token."""
+    """A JSON-ready description of a held lock (its first holder's fields at the top, as
+    before kinds had several), without any full token."""
     return {
         "name": info.name,
+        "kind": info.kind,
         "key": info.key,
         "ttl": None if info.ttl is None else round(info.ttl, 3),
         "owner": {"host": info.owner.host, "pid": info.owner.pid, "thread": info.owner.thread},
@@ -48,11 +64,19 @@ def info_dict(info: LockInfo) -> dict[str, Any]:
         "watchdog": info.watchdog,
         "connection": info.connection,
         "token_prefix": token_prefix(info.token),
+        "limit": info.limit,
+        "holders": [holder_dict(holder) for holder in info.holders],
     }
 
 
-def _ttl(info: LockInfo) -> str:
-    return "-" if info.ttl is None else f"{info.ttl:.1f}s"
+def _ttl(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds:.1f}s"
+
+
+def holders_text(info: LockInfo) -> str:
+    """How many hold it: ``1``, or ``2 of 3`` where the kind has a limit."""
+    count = len(info.holders)
+    return str(count) if info.limit is None else f"{count} of {info.limit}"
 
 
 class Command(BaseCommand):
@@ -125,19 +149,25 @@ class Command(BaseCommand):
         if not infos:
             self.stdout.write("No locks are held." if pattern == "*" else "No held lock matches.")
             return
+        # One row per holder: a semaphore's permits each on a line of their own.
         rows = [
             (
                 info.name,
-                _ttl(info),
-                str(info.owner),
-                "-" if info.fence is None else str(info.fence),
-                "yes" if info.watchdog else "no",
-                token_prefix(info.token),
-                info.purpose or "-",
+                info.kind,
+                holders_text(info),
+                _ttl(holder.ttl),
+                str(holder.owner),
+                "-" if holder.fence is None else str(holder.fence),
+                "yes" if holder.watchdog else "no",
+                token_prefix(holder.token),
+                holder.purpose or "-",
             )
             for info in infos
+            for holder in info.holders
         ]
-        header = ("NAME", "TTL", "OWNER", "FENCE", "WATCHDOG", "TOKEN", "PURPOSE")
+        header = (
+            "NAME", "KIND", "HOLDERS", "TTL", "OWNER", "FENCE", "WATCHDOG", "TOKEN", "PURPOSE"
+        )  # fmt: skip
         widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header) - 1)]
         for row in [header, *rows]:
             cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
@@ -157,21 +187,32 @@ class Command(BaseCommand):
             return
         self._describe(info)
 
-    def _describe(self, info: LockInfo) -> None:
+    def _describe(self, info: LockInfo, holders: list[LockHolder] | None = None) -> None:
+        """The lock, then each holder (``holders``: only those, default all)."""
         lines = [
             ("Name", info.name),
+            ("Kind", info.kind),
             ("Key", info.key),
             ("Connection", info.connection),
-            ("Owner", str(info.owner)),
-            ("Purpose", info.purpose or "-"),
-            ("TTL left", _ttl(info)),
-            ("Acquired at", info.acquired_at.isoformat() if info.acquired_at else "-"),
-            ("Fence", "-" if info.fence is None else str(info.fence)),
-            ("Watchdog", "yes" if info.watchdog else "no"),
-            ("Token", token_prefix(info.token) + "…"),
+            ("Holders", holders_text(info)),
         ]
+        for number, holder in enumerate(info.holders, 1):
+            if holders is not None and holder not in holders:
+                continue
+            if len(info.holders) > 1:
+                lines.append(("", ""))
+                lines.append((f"Holder {number}", ""))
+            lines += [
+                ("Owner", str(holder.owner)),
+                ("Purpose", holder.purpose or "-"),
+                ("TTL left", _ttl(holder.ttl)),
+                ("Acquired at", holder.acquired_at.isoformat() if holder.acquired_at else "-"),
+                ("Fence", "-" if holder.fence is None else str(holder.fence)),
+                ("Watchdog", "yes" if holder.watchdog else "no"),
+                ("Token", token_prefix(holder.token) + "…"),
+            ]
         for label, value in lines:
-            self.stdout.write(f"{label + ':':<13}{value}")
+            self.stdout.write(f"{label + ':':<13}{value}".rstrip() if label else "")
 
     # -- release -------------------------------------------------------------------
 
@@ -183,27 +224,38 @@ class Command(BaseCommand):
         info = lock_info(name, connection=connection)
         if info is None:
             raise CommandError(f"Lock {name!r} is not held; nothing to release.")
-        if token is not None and not info.token.startswith(token):
+        targets = [h for h in info.holders if token is None or h.token.startswith(token)]
+        if not targets:
+            shown = ", ".join(f"token {token_prefix(h.token)}…, {h.owner}" for h in info.holders)
+            raise CommandError(f"Lock {name!r} is held by another holder ({shown}); not released.")
+        if len(targets) > 1 and token is not None:
             raise CommandError(
-                f"Lock {name!r} is held by another holder (token {token_prefix(info.token)}…, "
-                f"{info.owner}); not released."
+                f"--token {token} matches {len(targets)} holders of lock {name!r}; give more "
+                "of the token."
             )
         if not yes:
-            self._confirm(info)
-        # Release exactly the holder shown: if it changed hands since, nothing happens.
-        result = force_release_holder(name, token=info.token, connection=connection)
-        if result.status == RELEASED:
+            self._confirm(info, targets)
+        # Release exactly the holders shown: one that changed hands since is left alone.
+        released = []
+        for holder in targets:
+            result = force_release_holder(name, token=holder.token, connection=connection)
+            if result.status == RELEASED:
+                released.append(holder)
+            elif len(targets) == 1 and result.status == CHANGED_HANDS:
+                now = f" (now {result.info.owner})" if result.info else ""
+                raise CommandError(f"Lock {name!r} changed hands{now}; not released.")
+        if not released:
+            raise CommandError(f"Lock {name!r} was released or expired meanwhile.")
+        for holder in released:
             self.stdout.write(
                 self.style.SUCCESS(
-                    f"Released lock {name!r} (was held by {info.owner}, fence "
-                    f"{'-' if info.fence is None else info.fence})."
+                    f"Released lock {name!r} (was held by {holder.owner}, fence "
+                    f"{'-' if holder.fence is None else holder.fence})."
                 )
             )
-        elif result.status == CHANGED_HANDS:
-            now = f" (now {result.info.owner})" if result.info else ""
-            raise CommandError(f"Lock {name!r} changed hands{now}; not released.")
-        else:
-            raise CommandError(f"Lock {name!r} was released or expired meanwhile.")
+        if len(released) < len(targets):
+            gone = len(targets) - len(released)
+            self.stdout.write(f"{gone} of its holders had released it or expired meanwhile.")
 
     def handle_run(
         self,
@@ -228,13 +280,14 @@ class Command(BaseCommand):
             self.stdout.flush()
             raise SystemExit(status)
 
-    def _confirm(self, info: LockInfo) -> None:
+    def _confirm(self, info: LockInfo, holders: list[LockHolder]) -> None:
         if not sys.stdin.isatty():
             raise CommandError(
                 "Not on a terminal: pass --yes to force-release without confirmation."
             )
-        self._describe(info)
-        answer = input(f"Force-release lock {info.name!r}? Its holder may still be working. [y/N] ")
+        self._describe(info, holders)
+        whom = "Its holder" if len(holders) == 1 else f"Its {len(holders)} holders"
+        answer = input(f"Force-release lock {info.name!r}? {whom} may still be working. [y/N] ")
         if answer.strip().lower() not in ("y", "yes"):
             raise CommandError("Cancelled; nothing was released.")
 
