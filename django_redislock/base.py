@@ -29,6 +29,7 @@ from .exceptions import (
     RedisLockError,
 )
 from .keys import LockKeys, ttl_milliseconds, validate_name, validate_prefix, validate_seconds
+from .kinds.holders import key_type
 from .kinds.mutex import Attempt, HolderState, Mutex
 from .transports.base import UNREACHABLE, Transport, is_unreachable
 from .transports.replicated import NotReplicated
@@ -168,6 +169,15 @@ class BaseLock:
 
     async def _ado_holder_fence(self, token: str) -> int | None:
         return _fence_of(await self.transport.acall(self.ops.read_holder()), token)
+
+    def _do_key_type(self, exc: BaseException) -> str:
+        """The Redis type of this lock's main key (after ``exc``, a ``WRONGTYPE``)."""
+        found: str = self.transport.call(key_type(self.key))
+        return found
+
+    async def _ado_key_type(self, exc: BaseException) -> str:
+        found: str = await self.transport.acall(key_type(self.key))
+        return found
 
     def _not_replicated(self, short: NotReplicated) -> RedisLockError:
         """Extended on the primary only: the validity does not move (ExtendNotReplicated)."""

@@ -73,4 +73,5 @@ class StaleFence(RedisLockError):
 
 
 class LockConfigurationError(RedisLockError):
-    """The settings do not describe a usable lock connection (alias, client type)."""
+    """The settings do not describe a usable lock connection (alias, client type), or a
+    lock name is in use by another kind of lock (a ``Lock`` and a ``Semaphore`` on one name)."""

@@ -15,7 +15,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from . import leases
+from . import drivers, leases, protocol
 from .attempts import CLAIM_MS, MAX_SUBSCRIBED_WAIT
 from .base import (
     UNREACHABLE,
@@ -133,7 +133,7 @@ class Lock(BaseLock):
         try:
             return call(self._client())
         except RedisError as exc:
-            raise self._backend_error(exc) from exc
+            raise drivers.run(protocol.refused(self, exc)) from exc
 
     async def _aquery(self, *command: Any) -> Any:
         # On a connection the library holds: a cancelled caller leaves none half-read.
@@ -141,7 +141,7 @@ class Lock(BaseLock):
             client = await async_lock_client(self.connection)
             return await leases.call(client, leases.CommandOp(*command))
         except RedisError as exc:
-            raise self._backend_error(exc) from exc
+            raise await drivers.arun(protocol.refused(self, exc)) from exc
 
     async def alocked(self) -> bool:
         """Async twin of :meth:`locked`."""

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from redis.exceptions import RedisError
 
+from . import registry
 from .attempts import Attempts
 from .clock import now as clock
 from .exceptions import LockLost, LockNotOwned, RedisLockError
@@ -24,7 +25,7 @@ from .keys import ttl_milliseconds
 from .kinds.mutex import Granted
 from .steps import Send, Step, Wait
 from .transactions import defer_release_to_commit
-from .transports.base import UNREACHABLE
+from .transports.base import UNREACHABLE, is_wrong_type
 from .transports.replicated import NotReplicated
 
 acquire_logger = logging.getLogger("django_redislock.acquire")
@@ -39,6 +40,8 @@ class LockLike(Protocol):
     token: str | None
     ttl: float
     _ttl_ms: int
+    #: The kind's operations (``ops.kind``: the kind's name).
+    ops: Any
     valid_until: float | None
 
     @property
@@ -93,7 +96,7 @@ def acquire(
                     yield from _unclaim_quietly(lock, token)
                 raise lock._backend_error(exc) from exc
             except RedisError as exc:
-                raise lock._backend_error(exc) from exc
+                raise (yield from refused(lock, exc)) from exc
             if isinstance(attempt, Granted):
                 return attempts.won(attempt.fence, started, attempt.token)
             pause = attempts.next_pause(attempt, started)
@@ -115,6 +118,18 @@ def acquire(
                 return attempts.won(*handed)
     finally:
         attempts.close()
+
+
+def refused(lock: LockLike, exc: BaseException) -> Generator[Step, Any, RedisLockError]:
+    """The error to raise for a Redis error: ``LockConfigurationError`` naming both kinds
+    when the name is held by another kind of lock (``WRONGTYPE``), else the lock's own."""
+    if not is_wrong_type(exc):
+        return lock._backend_error(exc)
+    try:
+        found = yield Send(lock, "_do_key_type", (exc,))
+    except RedisError:
+        found = None
+    return registry.conflict(lock.name, lock.ops.kind, found)
 
 
 def _cleanup_quietly(lock: LockLike, token: str) -> Generator[Step, Any, None]:
@@ -145,7 +160,7 @@ def release(lock: LockLike) -> Generator[Step, Any, None]:
     try:
         released = yield Send(lock, "_do_release", (token,), shielded=True)
     except RedisError as exc:
-        raise lock._backend_error(exc) from exc
+        raise (yield from refused(lock, exc)) from exc
     lock._after_release(released)
 
 
@@ -159,7 +174,7 @@ def extend(lock: LockLike, ttl: float | None) -> Generator[Step, Any, None]:
     except NotReplicated as short:  # extended on the primary only: the validity stays
         raise lock._not_replicated(short) from None
     except RedisError as exc:
-        raise lock._backend_error(exc) from exc
+        raise (yield from refused(lock, exc)) from exc
     if not extended:
         raise lock._not_owned("extend")
     lock.valid_until = started + lock._validity_of(ttl_ms / 1000)
@@ -177,7 +192,7 @@ def adopt(lock: LockLike, token: str, *, in_loop: bool) -> Generator[Step, Any, 
     except NotReplicated as short:
         raise lock._not_replicated(short) from None
     except RedisError as exc:
-        raise lock._backend_error(exc) from exc
+        raise (yield from refused(lock, exc)) from exc
     if fence is None:
         return False
     lock._took(token, fence, started, in_loop=in_loop)

@@ -38,12 +38,15 @@ from .conf import get_config
 from .exceptions import LockBackendUnavailable, RedisLockError
 from .keys import validate_seconds
 from .kinds import Mutex
+from .kinds.holders import key_type
+from .transports.base import WrongKind
 from .transports.nodes import (
     Deadlines,
     majority_holder,
     validate_connections,
 )
 from .transports.quorum import Quorum, clock_drift, validity_of
+from .transports.single import SingleNode
 
 #: Default per-node timeout: this fraction of the TTL, clamped to the bounds below.
 NODE_TIMEOUT_FRACTION = 0.1
@@ -145,6 +148,18 @@ class Redlock(BaseLock):
                 aliases=self.connections,
             )
         return RedisLockError(f"Redlock {self.name!r}: Redis refused a command: {exc}")
+
+    def _do_key_type(self, exc: BaseException) -> str:
+        """The Redis type of the lock's key on the node that reported ``WRONGTYPE``."""
+        found: str = SingleNode(self._wrong_node(exc)).call(key_type(self.key))
+        return found
+
+    async def _ado_key_type(self, exc: BaseException) -> str:
+        found: str = await SingleNode(self._wrong_node(exc)).acall(key_type(self.key))
+        return found
+
+    def _wrong_node(self, exc: BaseException) -> str:
+        return exc.alias if isinstance(exc, WrongKind) else self.connections[0]
 
     def _do_unclaim(self, token: str) -> None:
         """Nothing to drop: Redlock waiters take turns by retrying, without claims."""

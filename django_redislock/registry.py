@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from django.utils.module_loading import import_string
 
 from .conf import get_config
+from .exceptions import LockConfigurationError
 from .keys import LockKeys, validate_name, validate_prefix
 from .kinds.mutex import Mutex
 
@@ -106,6 +107,23 @@ def kinds() -> list[Kind]:
     return list(_kinds.values())
 
 
+def conflict(name: str, wanted: str, found_type: str | None) -> LockConfigurationError:
+    """The error for lock ``name`` asked for as kind ``wanted`` while Redis holds it as
+    another kind (its main key of Redis type ``found_type``; ``None``: unknown)."""
+    other = kind_of_type(found_type) if found_type else None
+    if other is not None:
+        held = f"a {other.name}"
+    elif found_type and found_type != "none":
+        held = f"something else (its key {{{name}}} is a Redis {found_type})"
+    else:
+        held = "another kind of lock"
+    return LockConfigurationError(
+        f"Lock name {name!r} is in use by {held}; it was asked for as a {wanted}. "
+        "Each kind of lock needs names of its own.",
+        lock_name=name,
+    )
+
+
 def _import(path: str) -> Any:
     # Not cached: a test (or a project) may replace the class on its module.
     return import_string(path)
@@ -122,4 +140,13 @@ register(
     )
 )
 
-__all__ = ["BACKENDS", "Kind", "kind", "kind_of_type", "kinds", "register", "unregister"]
+__all__ = [
+    "BACKENDS",
+    "Kind",
+    "conflict",
+    "kind",
+    "kind_of_type",
+    "kinds",
+    "register",
+    "unregister",
+]

@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import Any, Protocol
 
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ReadOnlyError
+from redis.exceptions import ReadOnlyError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..kinds.operation import Operation
@@ -21,6 +21,29 @@ def is_unreachable(exc: BaseException) -> bool:
     errors, timeouts, and a read-only replica (Redis 6 reports READONLY raised
     inside a script as a plain script error, so the message is checked too)."""
     return isinstance(exc, UNREACHABLE) or "READONLY" in str(exc)
+
+
+def is_wrong_type(exc: BaseException) -> bool:
+    """True for Redis's ``WRONGTYPE``: the key is held by another kind of lock (each kind
+    keeps its main key in a Redis type of its own)."""
+    return isinstance(exc, ResponseError) and "WRONGTYPE" in str(exc)
+
+
+class WrongKind(ResponseError):
+    """``WRONGTYPE`` from node ``alias`` of several: it holds the name as another kind."""
+
+    def __init__(self, message: str, alias: str) -> None:
+        super().__init__(message)
+        self.alias = alias
+
+
+def wrong_kind(results: dict[str, Any], aliases: Sequence[str]) -> WrongKind | None:
+    """A :class:`WrongKind` for the first of ``aliases`` whose result is ``WRONGTYPE``."""
+    for alias in aliases:
+        result = results.get(alias)
+        if isinstance(result, BaseException) and is_wrong_type(result):
+            return WrongKind(str(result), alias)
+    return None
 
 
 class Transport(Protocol):

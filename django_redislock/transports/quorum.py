@@ -34,6 +34,7 @@ from ..kinds.operation import text
 from ..scripts import ACQUIRE, READ_HOLDER, RELEASE
 from ..steps import Send, Step
 from . import exchange as sync_exchange
+from .base import WrongKind, wrong_kind
 from .nodes import (
     AsyncExchange,
     Deadlines,
@@ -405,6 +406,9 @@ class Quorum:
             return
         if len(answered) < self.quorum:
             missing = [alias for alias in self.connections if alias not in answered]
+            wrong = wrong_kind(results, missing)
+            if wrong is not None:  # the name is another kind's there: not an outage
+                raise wrong
             raise LockBackendUnavailable(
                 f"Redlock {self.name!r}: could not {action} on a majority; only "
                 f"{len(answered)} of {len(self.connections)} nodes answered; unreachable: "
@@ -436,9 +440,13 @@ def majority_busy_holder(results: dict[str, Any], pttl_ms: int, quorum: int) -> 
 
 def too_few_answered(
     quorum: Quorum, answered: list[str], results: dict[str, Any]
-) -> LockBackendUnavailable:
-    """Fewer than a majority answered an acquire: unavailable, naming the silent nodes."""
+) -> LockBackendUnavailable | WrongKind:
+    """Fewer than a majority answered an acquire: unavailable, naming the silent nodes
+    (or a node holds the name as another kind of lock)."""
     missing = [alias for alias in quorum.connections if alias not in answered]
+    wrong = wrong_kind(results, missing)
+    if wrong is not None:
+        return wrong
     errors = {alias: results.get(alias) for alias in missing}
     error = LockBackendUnavailable(
         f"Redlock {quorum.name!r}: only {len(answered)} of {len(quorum.connections)} nodes "
