@@ -29,8 +29,9 @@ from .exceptions import (
     RedisLockError,
 )
 from .keys import LockKeys, ttl_milliseconds, validate_name, validate_prefix, validate_seconds
-from .kinds.holders import key_type
-from .kinds.mutex import Attempt, HolderState, Mutex
+from .kinds.holders import Holders, HolderState, key_type
+from .kinds.interface import KindOperations
+from .kinds.mutex import Attempt
 from .transports.base import UNREACHABLE, Transport, is_unreachable
 from .transports.replicated import NotReplicated
 
@@ -103,7 +104,7 @@ class BaseLock:
         #: Who held the lock when the last acquire gave up (from the refusing reply).
         self.busy_holder: HolderState | None = None
         #: This lock's operations (its kind's scripts on its keys), set by the subclass.
-        self.ops: Mutex
+        self.ops: KindOperations
         #: How they reach Redis, set by the subclass.
         self.transport: Transport
 
@@ -164,11 +165,11 @@ class BaseLock:
         return bool(await self.transport.acall(self.ops.extend(token, ttl_ms)))
 
     def _do_holder_fence(self, token: str) -> int | None:
-        """The fence of the holder with ``token`` (``None`` if another holds the lock)."""
-        return _fence_of(self.transport.call(self.ops.read_holder()), token)
+        """The fence of the holder with ``token`` (``None`` if it does not hold the lock)."""
+        return _fence_of(self.transport.call(self.ops.read_holders()), token)
 
     async def _ado_holder_fence(self, token: str) -> int | None:
-        return _fence_of(await self.transport.acall(self.ops.read_holder()), token)
+        return _fence_of(await self.transport.acall(self.ops.read_holders()), token)
 
     def _do_key_type(self, exc: BaseException) -> str:
         """The Redis type of this lock's main key (after ``exc``, a ``WRONGTYPE``)."""
@@ -396,8 +397,10 @@ class BaseLock:
         return f"<{type(self).__name__} {self.name!r} {state}>"
 
 
-def _fence_of(holder: HolderState | None, token: str) -> int | None:
-    return None if holder is None or holder.token != token else int(holder.fence)
+def _fence_of(read: Holders | HolderState | None, token: str) -> int | None:
+    """The fence of holder ``token`` in a holder read (a quorum reads the majority's one)."""
+    states = read.states if isinstance(read, Holders) else () if read is None else (read,)
+    return next((int(state.fence) for state in states if state.token == token), None)
 
 
 def _validate_timeout(timeout: object) -> float | None:

@@ -71,7 +71,8 @@ def locked(
     ``"order:{order.pk}"``) or a callable taking the same arguments and returning the name.
     ``lock_kwargs`` go to :class:`~django_redislock.Lock` (``ttl``, ``timeout``,
     ``watchdog``, ``connection``...), or to ``Redlock`` with ``backend="redlock"`` /
-    ``connections=[...]``. ``purpose`` defaults to the function's dotted path.
+    ``connections=[...]``, or to a registered kind's class with ``kind="<name>"``.
+    ``purpose`` defaults to the function's dotted path.
     Busy past the timeout: :class:`~django_redislock.LockNotAcquired`.
     """
     check_lock_kwargs(lock_kwargs)

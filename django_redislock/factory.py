@@ -44,11 +44,12 @@ def lock_class(
 def check_lock_kwargs(lock_kwargs: dict[str, Any]) -> None:
     """Reject, at decoration time, keyword arguments the lock class does not take."""
     kwargs = dict(lock_kwargs)
-    cls = lock_class(kwargs.pop("backend", None), kwargs.get("connections"))
+    kind = kwargs.pop("kind", "lock")
+    cls = lock_class(kwargs.pop("backend", None), kwargs.get("connections"), kind)
     params = inspect.signature(cls).parameters
     unknown = sorted(set(kwargs) - set(params) | ({"name"} & set(kwargs)))
     if unknown:
-        allowed = sorted(set(params) - {"name"} | {"backend"})
+        allowed = sorted(set(params) - {"name"} | {"backend", "kind"})
         raise TypeError(
             f"Unknown lock option(s) {', '.join(unknown)} for {cls.__name__}; "
             f"allowed: {', '.join(allowed)}"
@@ -56,9 +57,11 @@ def check_lock_kwargs(lock_kwargs: dict[str, Any]) -> None:
 
 
 def make_lock(name: str, **lock_kwargs: Any) -> BaseLock:
-    """A new lock object named ``name`` (``backend=`` picks the class, see :func:`lock_class`)."""
+    """A new lock object named ``name`` (``kind=`` and ``backend=`` pick the class, see
+    :func:`lock_class`)."""
     backend = lock_kwargs.pop("backend", None)
-    return lock_class(backend, lock_kwargs.get("connections"))(name, **lock_kwargs)
+    kind = lock_kwargs.pop("kind", "lock")
+    return lock_class(backend, lock_kwargs.get("connections"), kind)(name, **lock_kwargs)
 
 
 def holder_info(lock: BaseLock) -> LockInfo | None:

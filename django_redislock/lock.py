@@ -33,6 +33,7 @@ from .exceptions import (
     RedisLockError,
 )
 from .keys import validate_seconds
+from .kinds.interface import KindOperations
 from .kinds.mutex import Attempt, Busy, Granted, Mutex, parse_acquire
 from .transports.replicated import Replicated
 from .transports.single import SingleNode
@@ -43,6 +44,10 @@ class Lock(BaseLock):
 
     See the README and ``docs/locks.md``; the signature is the public contract.
     """
+
+    #: The kind this class runs on one server (a subclass may run another: see
+    #: docs/architecture.md, "Adding a lock kind").
+    operations: type[KindOperations] = Mutex
 
     def __init__(
         self,
@@ -86,7 +91,7 @@ class Lock(BaseLock):
             else validate_seconds(wait_timeout, "wait_timeout", allow_zero=False)
         )
         # No claims (so no hand-over) when every holder must WAIT for replicas.
-        self.ops = Mutex.of(self, claim_ms=None if wait_replicas else CLAIM_MS)
+        self.ops = self.operations.of(self, claim_ms=None if wait_replicas else CLAIM_MS)
         self.transport = (
             Replicated(alias, wait_replicas, self.wait_timeout, self.ttl)
             if wait_replicas

@@ -17,6 +17,7 @@ import tempfile
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -65,10 +66,35 @@ HOLDER = textwrap.dedent(
 )
 
 
+# Holds a lock of a kind defined only in the tests (two holders) until its stdin closes.
+PAIR_HOLDER = textwrap.dedent(
+    """
+    import os, sys
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.support.settings")
+    import django
+    django.setup()
+    from django_redislock import registry
+    from tests.support import pair_kind
+
+    registry.register(pair_kind.KIND)
+    locks = [pair_kind.PairLock("exports:pdf", ttl=300, purpose=f"export {i}") for i in (1, 2)]
+    for lock in locks:
+        assert lock.acquire(blocking=False)
+    print("ready", os.getpid(), *(lock.token[:6] for lock in locks), flush=True)
+    sys.stdin.read()
+    """
+)
+
+
 @pytest.fixture
 def holder_process() -> Iterator[subprocess.Popen[str]]:
+    yield from _holding(HOLDER)
+
+
+def _holding(code: str) -> Iterator[subprocess.Popen[str]]:
+    """A process running ``code``, which prints "ready ..." once it holds its locks."""
     process = subprocess.Popen(
-        [sys.executable, "-c", HOLDER],
+        [sys.executable, "-c", code],
         cwd=ROOT,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -78,6 +104,7 @@ def holder_process() -> Iterator[subprocess.Popen[str]]:
     try:
         line = process.stdout.readline() if process.stdout else ""
         assert line.startswith("ready"), f"the holder process did not start: {line!r}"
+        process.ready_line = line.split()  # type: ignore[attr-defined]
         yield process
     finally:
         if process.stdin:
@@ -97,18 +124,23 @@ def browser() -> Iterator[object]:
         yield driver
 
 
+def _log_in(browser: Any, live_server: Any, django_user_model: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    django_user_model.objects.create_superuser("admin", "admin@example.com", "secret-pw")
+    browser.get(f"{live_server.url}/admin/login/?next=/admin/")
+    browser.find_element(By.NAME, "username").send_keys("admin")
+    browser.find_element(By.NAME, "password").send_keys("secret-pw")
+    browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+
+
 def test_release_a_lock_held_by_another_process(
     live_server, django_user_model, holder_process, browser
 ):
     from selenium.webdriver.common.by import By
 
-    django_user_model.objects.create_superuser("admin", "admin@example.com", "secret-pw")
     holder_pid = holder_process.pid
-
-    browser.get(f"{live_server.url}/admin/login/?next=/admin/")
-    browser.find_element(By.NAME, "username").send_keys("admin")
-    browser.find_element(By.NAME, "password").send_keys("secret-pw")
-    browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    _log_in(browser, live_server, django_user_model)
 
     browser.find_element(By.LINK_TEXT, "Held locks").click()
     assert browser.find_element(By.CSS_SELECTOR, "#content h1").text == "Held locks"
@@ -145,3 +177,40 @@ def test_release_a_lock_held_by_another_process(
     assert "sync:crm-contacts" not in table and "report:nightly-sales" in table
     assert lock_info("sync:crm-contacts") is None
     assert lock_info("report:nightly-sales") is not None
+
+
+def test_a_kind_defined_in_the_tests_shows_each_holder_and_releases_one(
+    live_server, django_user_model, browser, monkeypatch
+):
+    """docs/architecture.md's walkthrough: the admin shows a new kind's holders and
+    releases one of them, with no change to the admin."""
+    from selenium.webdriver.common.by import By
+
+    from django_redislock import registry
+    from tests.support import pair_kind
+
+    monkeypatch.setattr(registry, "_kinds", dict(registry._kinds))
+    registry.register(pair_kind.KIND)
+    holders = _holding(PAIR_HOLDER)
+    process = next(holders)
+    try:
+        _, pid, _, second = process.ready_line
+        _log_in(browser, live_server, django_user_model)
+        browser.find_element(By.LINK_TEXT, "Held locks").click()
+        row = browser.find_element(By.ID, "result_list").text
+        assert "exports:pdf" in row and "pair" in row and "2 of 2" in row and f"pid {pid}" in row
+        browser.find_element(By.LINK_TEXT, "exports:pdf").click()
+        page = browser.find_element(By.ID, "content-main").text
+        assert "Holder 1 of 2" in page and "Holder 2 of 2" in page
+        assert "export 1" in page and "export 2" in page
+        browser.find_elements(By.LINK_TEXT, "Force-release this holder")[0].click()
+        confirm = browser.find_element(By.ID, "content").text
+        assert "Are you sure" in confirm and "export 1" in confirm and "export 2" not in confirm
+        browser.find_element(By.CSS_SELECTOR, "input[type=submit][value^='Yes']").click()
+        messages = browser.find_element(By.CSS_SELECTOR, "ul.messagelist").text
+        assert "“exports:pdf” was force-released" in messages
+        info = lock_info("exports:pdf")
+        assert info is not None and [h.token[:6] for h in info.holders] == [second]
+        assert "1 of 2" in browser.find_element(By.ID, "result_list").text
+    finally:
+        holders.close()

@@ -39,6 +39,7 @@ MY_PAGES = [
     "docs/celery.md",
     "docs/changelog.md",
     "docs/migrating-from-cache-lock.md",
+    "docs/architecture.md",
 ]
 #: Pages other parts of the project write; a link to one that is missing is reported, not
 #: failed, until it lands.
@@ -637,3 +638,12 @@ def test_migrating_usage_runs_on_the_switched_cache(settings: Any) -> None:
         assert time.monotonic() - started >= 5
     assert rebuild(lambda fence: fences.append(fence) or "again") == "again"
     assert fences[1] > fences[0]
+
+
+def test_architecture_adding_a_kind(lock_backend: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from django_redislock import registry
+
+    monkeypatch.setattr(registry, "_kinds", dict(registry._kinds))
+    ns = run_example("docs/architecture.md", "architecture-pair")
+    assert ns["export"]() == "pair"
+    assert registry.kind("pair").lock_class() is ns["PairLock"]

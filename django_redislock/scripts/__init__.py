@@ -10,13 +10,18 @@ from ..wakeups import lua_prelude
 
 
 class Script:
-    """One Lua script of this package (the ``WAKE_*`` names prepended to its source)."""
+    """One Lua script (the ``WAKE_*`` names prepended to its source): this package's
+    ``<name>.lua``, or ``source`` for a kind defined elsewhere."""
 
     __slots__ = ("name", "sha", "source")
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, source: str | None = None) -> None:
         self.name = name
-        text = resources.files(__package__).joinpath(f"{name}.lua").read_text("utf-8")
+        text = (
+            resources.files(__package__).joinpath(f"{name}.lua").read_text("utf-8")
+            if source is None
+            else source
+        )
         self.source = lua_prelude(text) + text
         self.sha = hashlib.sha1(self.source.encode("utf-8")).hexdigest()
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from .. import clock, drivers, leases
 from ..exceptions import LockBackendUnavailable
-from ..kinds import Mutex, Operation
+from ..kinds import Holders, Mutex, Operation
 from ..kinds.mutex import Attempt, Busy, Granted, HolderState, parse_acquire
 from ..kinds.operation import text
 from ..scripts import ACQUIRE, READ_HOLDER, RELEASE
@@ -358,8 +358,9 @@ class Quorum:
             self.raise_if_too_few(results, "query")
         by_token: dict[str, list[HolderState]] = {}
         for result in results.values():
-            holder = None if failed(result) else op.parse(result)
-            if holder is not None:
+            read = None if failed(result) else op.parse(result)
+            # A node's read: its holders (read_holders), or its holder (read_holder).
+            for holder in read.states if isinstance(read, Holders) else filter(None, [read]):
                 by_token.setdefault(holder.token, []).append(holder)
         for holders in by_token.values():
             if len(holders) >= self.quorum:
