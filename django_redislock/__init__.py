@@ -36,11 +36,13 @@ _LAZY = {
     "force_release": ".inspection",
     "LockInfo": ".inspection",
     "LockHolder": ".inspection",
+    "Semaphore": ".semaphore",
 }
 
 if TYPE_CHECKING:
     from .election import Election
     from .lock import Lock
+    from .semaphore import Semaphore
 
 __all__ = [
     "Election",
@@ -56,6 +58,7 @@ __all__ = [
     "LockedCommand",
     "RedisLockError",
     "Redlock",
+    "Semaphore",
     "StaleFence",
     "alock_info",
     "force_release",

@@ -22,6 +22,7 @@ from .conf import get_config
 from .exceptions import LockConfigurationError
 from .keys import LockKeys, validate_name, validate_prefix
 from .kinds.mutex import Mutex
+from .kinds.semaphore import Semaphore
 
 if TYPE_CHECKING:
     from .lock import BaseLock
@@ -137,6 +138,14 @@ register(
             "redis": "django_redislock.lock.Lock",
             "redlock": "django_redislock.redlock.Redlock",
         },
+    )
+)
+register(
+    Kind(
+        "semaphore",
+        operations=Semaphore,
+        classes={"redis": "django_redislock.semaphore.Semaphore"},
+        redis_type="zset",
     )
 )
 

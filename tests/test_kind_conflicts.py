@@ -2,7 +2,8 @@
 naming both kinds, never a raw ``WRONGTYPE`` from Redis (DESIGN §8).
 
 Each kind keeps its main key ``P:{N}`` in a Redis type of its own; here another kind is a
-sorted set at the lock's key (what a semaphore keeps), registered as a scratch kind.
+list at the lock's key, registered as a scratch kind (the semaphore, a real kind, meets the
+lock in ``test_semaphore.py``).
 """
 
 from __future__ import annotations
@@ -18,21 +19,21 @@ from tests.test_redlock import cluster  # noqa: F401 - the fixture
 
 
 @pytest.fixture
-def zset_kind(monkeypatch: pytest.MonkeyPatch) -> registry.Kind:
+def list_kind(monkeypatch: pytest.MonkeyPatch) -> registry.Kind:
     monkeypatch.setattr(registry, "_kinds", dict(registry._kinds))
     return registry.register(
-        registry.Kind("sorted-thing", operations=Mutex, classes={}, redis_type="zset")
+        registry.Kind("listed-thing", operations=Mutex, classes={}, redis_type="list")
     )
 
 
 def _held_by_other_kind(backend: Any, name: str) -> None:
-    backend.client().zadd(f"redislock:{{{name}}}", {"someone": 1})
+    backend.client().rpush(f"redislock:{{{name}}}", "someone")
 
 
-NAMED = r"Lock name 'shared' is in use by a sorted-thing; it was asked for as a lock"
+NAMED = r"Lock name 'shared' is in use by a listed-thing; it was asked for as a lock"
 
 
-@pytest.mark.usefixtures("zset_kind")
+@pytest.mark.usefixtures("list_kind")
 @pytest.mark.parametrize("blocking", [False, True])
 def test_acquire_names_both_kinds(lock_backend: Any, blocking: bool) -> None:
     _held_by_other_kind(lock_backend, "shared")
@@ -45,7 +46,7 @@ def test_acquire_names_both_kinds(lock_backend: Any, blocking: bool) -> None:
         asyncio.run(lock.aacquire(blocking=blocking, timeout=1))
 
 
-@pytest.mark.usefixtures("zset_kind")
+@pytest.mark.usefixtures("list_kind")
 def test_a_holder_whose_name_was_taken_by_another_kind(lock_backend: Any) -> None:
     lock = Lock("shared", ttl=5)
     assert lock.acquire(blocking=False)
@@ -62,17 +63,17 @@ def test_a_holder_whose_name_was_taken_by_another_kind(lock_backend: Any) -> Non
 
 def test_a_type_no_kind_keeps_is_named_by_its_type(lock_backend: Any) -> None:
     _held_by_other_kind(lock_backend, "shared")
-    with pytest.raises(LockConfigurationError, match=r"in use by something else .*Redis zset"):
+    with pytest.raises(LockConfigurationError, match=r"in use by something else .*Redis list"):
         Lock("shared", ttl=5).acquire(blocking=False)
 
 
-@pytest.mark.usefixtures("zset_kind")
+@pytest.mark.usefixtures("list_kind")
 def test_redlock_names_both_kinds(request: pytest.FixtureRequest) -> None:
     from django_redislock import Redlock
 
     c = request.getfixturevalue("cluster")(3)
     for client in c.clients:
-        client.zadd("redislock:{shared}", {"someone": 1})
+        client.rpush("redislock:{shared}", "someone")
     lock = Redlock("shared", ttl=5)
     with pytest.raises(LockConfigurationError, match=NAMED):
         lock.acquire(blocking=False)

@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from redis.cluster import key_slot
 
-from django_redislock import InvalidLockName, Lock, held_locks, lock_info, locked
+from django_redislock import InvalidLockName, Lock, force_release, held_locks, lock_info, locked
 from django_redislock import lock as lock_module
 from django_redislock.keys import MAX_NAME_LENGTH, LockKeys, name_from_key
 from django_redislock.testing import available_servers
@@ -37,6 +37,8 @@ CORE_COMMANDS = [
 ]  # fmt: skip
 # held_locks / the admin page (holders are read by a script; TYPE tells the kinds apart)
 INSPECT_COMMANDS = ["scan", "type"]
+# Called inside the semaphore's scripts (its main key is a sorted set).
+SEMAPHORE_COMMANDS = ["hdel", "zadd", "zrem", "zcard", "zrank", "zrange", "zrangebyscore", "zscore"]
 
 
 # -- tokens ------------------------------------------------------------------------------------
@@ -198,6 +200,35 @@ def test_the_lock_works_with_exactly_the_minimal_acl(settings, make_server, serv
         denied.get("sessions:abc")
     with pytest.raises(Exception, match=r"(?i)permission|noperm"):
         denied.flushall()
+
+
+@pytest.mark.parametrize("server_name", [spec.name for spec in available_servers()])
+def test_a_semaphore_works_with_exactly_the_minimal_acl(settings, make_server, server_name):
+    from django_redislock import Semaphore
+
+    server = make_server(server_name)
+    _use_alias(
+        settings, "acl", _acl_user(server, CORE_COMMANDS + INSPECT_COMMANDS + SEMAPHORE_COMMANDS)
+    )
+    first = Semaphore("acl-sem", 1, connection="acl", ttl=5, watchdog=True)
+    assert first.acquire()
+    second = Semaphore("acl-sem", 1, connection="acl", ttl=5)
+    got = []
+    thread = threading.Thread(target=lambda: got.append(second.acquire(timeout=10)))
+    thread.start()
+    raw = server.client()
+    for _ in range(1000):  # in line
+        if raw.zcard("redislock:{acl-sem}:queue"):
+            break
+        threading.Event().wait(0.005)
+    assert first.owned() and first.available() == 0 and first.holders()
+    first.extend()
+    info = lock_info("acl-sem", connection="acl")
+    assert info is not None and info.kind == "semaphore" and info.limit == 1
+    first.release()
+    thread.join(10)
+    assert got == [True]
+    assert force_release("acl-sem", connection="acl")
 
 
 def test_without_time_a_hand_off_is_confirmed_by_an_attempt(settings, make_server):

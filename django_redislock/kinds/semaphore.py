@@ -1,0 +1,152 @@
+"""The semaphore kind: up to ``limit`` holders at once, each with a lease of its own.
+
+Keys (all ``P:{N}...``, one hash slot): ``P:{N}`` a sorted set of holder token -> lease
+expiry (the server's clock, ms): its Redis type tells inspection it is a semaphore;
+``P:{N}:meta`` a hash of token -> ``"fence|limit|holder description"``; ``P:{N}:fence``
+the fence counter (shared layout with the mutex); ``P:{N}:queue`` the waiters in line
+(token -> when it first tried) and ``P:{N}:places`` when each waiter's place lapses
+unless it renews it. Every key but the counter expires with the last lease or place.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..holder import holder_description, parse_holder
+from ..keys import LockKeys
+from ..scripts import (
+    SEMAPHORE_ACQUIRE,
+    SEMAPHORE_EXTEND,
+    SEMAPHORE_FORCE_RELEASE,
+    SEMAPHORE_READ,
+    SEMAPHORE_RELEASE,
+    SEMAPHORE_UNCLAIM,
+)
+from .holders import Holders, HolderState, holder_state
+from .mutex import parse_acquire
+from .operation import Operation, is_one, raw, text
+
+#: How long a waiter's place in line lives without renewal when the lock does not say.
+DEFAULT_PLACE_MS = 2_500
+
+
+def parse_holders(reply: Any) -> Holders:
+    """``semaphore_read.lua``'s reply: every holder, longest-held first, and the limit
+    the newest holder acquired with."""
+    states: list[HolderState] = []
+    limits: list[tuple[int, int]] = []
+    for token, pttl, meta in reply:
+        fence, _, rest = text(meta).partition("|")
+        limit, _, description = rest.partition("|")
+        state = holder_state(token, int(pttl), fence, description)
+        states.append(state)
+        if limit.isdigit():
+            limits.append((state.fence, int(limit)))
+    states.sort(key=lambda s: (s.fence, _acquired(s), s.token))
+    return Holders(tuple(states), max(limits)[1] if limits else None)
+
+
+def _acquired(state: HolderState) -> str:
+    # The holder's acquired_at stamp orders holders when fencing is off (fences all 0).
+    return parse_holder(state.description).get("acquired_at", "") if state.description else ""
+
+
+class Semaphore:
+    """The operations of one semaphore (one name, one limit, one set of options)."""
+
+    __slots__ = (
+        "fencing",
+        "keys",
+        "limit",
+        "place_ms",
+        "places",
+        "purpose",
+        "queue",
+        "ttl_ms",
+        "watchdog",
+    )
+
+    kind = "semaphore"
+
+    def __init__(
+        self,
+        keys: LockKeys,
+        *,
+        limit: int = 1,
+        ttl_ms: int = 0,
+        fencing: bool = True,
+        purpose: str | None = None,
+        watchdog: bool = False,
+        place_ms: int | None = None,
+    ) -> None:
+        self.keys = keys
+        self.limit = limit
+        self.ttl_ms = ttl_ms
+        self.fencing = fencing
+        self.purpose = purpose
+        self.watchdog = watchdog
+        self.place_ms = DEFAULT_PLACE_MS if place_ms is None else place_ms
+        self.queue = f"{keys.key}:queue"
+        self.places = f"{keys.key}:places"
+
+    @classmethod
+    def of(cls, lock: Any, *, claim_ms: int | None) -> Semaphore:
+        """The operations of ``lock`` (a ``Semaphore`` lock: its keys, limit and options);
+        ``claim_ms``: how long a waiter's place in line lives without renewal."""
+        return cls(
+            lock.keys,
+            limit=lock.limit,
+            ttl_ms=lock._ttl_ms,
+            fencing=lock.fencing,
+            purpose=lock.purpose,
+            watchdog=lock.watchdog,
+            place_ms=claim_ms,
+        )
+
+    def _permits(self) -> tuple[str, str]:
+        return (self.keys.key, self.keys.meta)
+
+    def acquire(self, token: str, waited_ms: int = 0) -> Operation:
+        """Take a permit for ``token`` if fewer than ``limit`` are held and no longer
+        waiter is in line: ``Granted(fence)`` or ``Busy(wait_ms, server_ms)``."""
+        keys = (*self._permits(), self.keys.fence, self.queue, self.places)
+        args = (
+            token,
+            self.ttl_ms,
+            "1" if self.fencing else "0",
+            holder_description(self.purpose, self.watchdog, self.ttl_ms),
+            waited_ms,
+            self.place_ms,
+            self.limit,
+        )
+        return Operation(
+            SEMAPHORE_ACQUIRE, keys, args, parse_acquire, durable=True, ttl_ms=self.ttl_ms
+        )
+
+    def release(self, token: str) -> Operation:
+        """Give back ``token``'s permit and wake the waiters: True if it held one."""
+        return Operation(SEMAPHORE_RELEASE, self._permits(), (token, self.keys.channel), is_one)
+
+    def extend(self, token: str, ttl_ms: int | None = None) -> Operation:
+        """Renew ``token``'s lease: True if it still held a live permit."""
+        ttl = self.ttl_ms if ttl_ms is None else ttl_ms
+        return Operation(
+            SEMAPHORE_EXTEND, self._permits(), (token, ttl), is_one, durable=True, ttl_ms=ttl
+        )
+
+    def unclaim(self, token: str) -> Operation:
+        """A waiter leaves the line (the next one is woken to look again)."""
+        keys = (self.queue, self.places)
+        return Operation(SEMAPHORE_UNCLAIM, keys, (token, self.keys.channel), raw)
+
+    def read_holders(self) -> Operation:
+        """Every live permit's holder, and the limit: :class:`Holders`."""
+        return Operation(SEMAPHORE_READ, self._permits(), (), parse_holders)
+
+    def force_release(self, token: str | None = None) -> Operation:
+        """Remove every permit (or ``token``'s), waking the waiters: 1, or 0 if none."""
+        args = (self.keys.channel, token or "")
+        return Operation(SEMAPHORE_FORCE_RELEASE, self._permits(), args, raw)
+
+
+__all__ = ["DEFAULT_PLACE_MS", "Semaphore", "parse_holders"]

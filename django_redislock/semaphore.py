@@ -1,0 +1,145 @@
+"""``Semaphore``: at most ``limit`` holders at once, each with a permit of its own.
+
+The semaphore kind (:mod:`django_redislock.kinds.semaphore`) over one server, on the
+same engine as :class:`~django_redislock.Lock`: waiting woken by releases, the watchdog,
+``lost`` / ``on_lost`` / ``max_hold``, signals, release after commit, ``with`` /
+``async with``. See docs/kinds.md.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from . import drivers, protocol
+from .inspection import LockHolder, holder_from_state
+from .kinds.holders import Holders
+from .kinds.interface import KindOperations
+from .kinds.semaphore import Semaphore as SemaphoreOperations
+from .lock import Lock
+
+
+def _validate_limit(limit: object) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise ValueError(f"limit must be an int >= 1, not {limit!r}")
+    if limit < 1:
+        raise ValueError(f"limit must be >= 1, not {limit!r}")
+    return limit
+
+
+class Semaphore(Lock):
+    """A counting lock on one Redis server: at most ``limit`` holders at once.
+
+    Each object holds at most one permit at a time, with the whole ``Lock`` surface;
+    each permit has a lease of its own (a crashed holder frees only its own permit,
+    after its TTL). Waiters are woken by releases and served longest-waiter first.
+    The limit is the caller's: an acquire succeeds when fewer than its ``limit``
+    permits are held. See docs/kinds.md.
+    """
+
+    operations: type[KindOperations] = SemaphoreOperations
+
+    def __init__(
+        self,
+        name: str,
+        limit: int,
+        *,
+        ttl: float | None = None,
+        timeout: float | None = None,
+        blocking: bool = True,
+        watchdog: bool | None = None,
+        connection: str | None = None,
+        fencing: bool = True,
+        purpose: str | None = None,
+        on_lost: Callable[[Any], Any] | None = None,
+        max_hold: float | None = None,
+    ) -> None:
+        self.limit = _validate_limit(limit)
+        super().__init__(
+            name,
+            ttl=ttl,
+            timeout=timeout,
+            blocking=blocking,
+            watchdog=watchdog,
+            connection=connection,
+            fencing=fencing,
+            purpose=purpose,
+            on_lost=on_lost,
+            max_hold=max_hold,
+        )
+
+    # -- queries ------------------------------------------------------------------------
+    def _read(self) -> Holders:
+        read: Holders = self._query(lambda _client: self.transport.call(self.ops.read_holders()))
+        return read
+
+    async def _aread(self) -> Holders:
+        try:
+            read: Holders = await self.transport.acall(self.ops.read_holders())
+        except RedisError as exc:
+            raise await drivers.arun(protocol.refused(self, exc)) from exc
+        return read
+
+    def _may_own(self) -> bool:
+        return self.token is not None and self._owner_pid == os.getpid()
+
+    def holders(self) -> list[LockHolder]:
+        """Every holder of a permit now (``LockHolder`` records), longest-held first."""
+        return _records(self._read())
+
+    async def aholders(self) -> list[LockHolder]:
+        """Async twin of :meth:`holders`."""
+        return _records(await self._aread())
+
+    def available(self) -> int:
+        """Permits free now for this object's limit (0 when ``limit`` or more are held)."""
+        return max(0, self.limit - len(self._read().states))
+
+    async def aavailable(self) -> int:
+        """Async twin of :meth:`available`."""
+        return max(0, self.limit - len((await self._aread()).states))
+
+    def locked(self) -> bool:
+        """True when no permit is free for this object's limit."""
+        return self.available() == 0
+
+    async def alocked(self) -> bool:
+        """Async twin of :meth:`locked`."""
+        return await self.aavailable() == 0
+
+    def owned(self) -> bool:
+        """True if this object holds a live permit right now (checked in Redis)."""
+        return self._own_pttl(self._read()) is not None if self._may_own() else False
+
+    async def aowned(self) -> bool:
+        """Async twin of :meth:`owned`."""
+        return self._own_pttl(await self._aread()) is not None if self._may_own() else False
+
+    def remaining(self) -> float | None:
+        """Seconds left on this object's permit, or ``None`` when it holds none."""
+        return _seconds(self._own_pttl(self._read())) if self._may_own() else None
+
+    async def aremaining(self) -> float | None:
+        """Async twin of :meth:`remaining`."""
+        return _seconds(self._own_pttl(await self._aread())) if self._may_own() else None
+
+    def _own_pttl(self, read: Holders) -> int | None:
+        return next((s.pttl_ms for s in read.states if s.token == self.token), None)
+
+    def __repr__(self) -> str:
+        state = "holding a permit" if self.token else "not held"
+        return f"<Semaphore {self.name!r} limit {self.limit} {state}>"
+
+
+def _records(read: Holders) -> list[LockHolder]:
+    return [holder_from_state(state) for state in read.states]
+
+
+def _seconds(pttl_ms: int | None) -> float | None:
+    return None if pttl_ms is None or pttl_ms < 0 else pttl_ms / 1000
+
+
+__all__ = ["Semaphore"]

@@ -1,0 +1,172 @@
+"""``Semaphore``: at most ``limit`` holders, a lease per permit, the whole ``Lock`` surface
+(DESIGN §9). Every server found and fakeredis (``lock_backend``)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+
+from django_redislock import (
+    Lock,
+    LockConfigurationError,
+    LockHolder,
+    LockNotAcquired,
+    Semaphore,
+    force_release,
+    held_locks,
+    lock_info,
+    locked,
+)
+from django_redislock.inspection import force_release_holder
+from tests.support.polling import wait_until
+
+KEYS = "redislock:{exports}*"
+
+
+def _keys(backend: Any) -> list[bytes]:
+    return sorted(backend.client().keys(KEYS))
+
+
+@pytest.mark.parametrize(
+    ("limit", "error"),
+    [(0, "limit must be >= 1"), (-2, "limit must be >= 1"), (True, "limit must be an int"),
+     ("3", "limit must be an int"), (2.0, "limit must be an int")],
+)  # fmt: skip
+def test_a_bad_limit_is_refused_before_any_network_call(limit: Any, error: str) -> None:
+    with pytest.raises(ValueError, match=error):
+        Semaphore("exports", limit, connection="no-such-alias")
+    with pytest.raises(ValueError, match="ttl must be > 0"):
+        Semaphore("exports", 3, ttl=0, connection="no-such-alias")
+
+
+def test_at_most_limit_holders(lock_backend: Any) -> None:
+    permits = [Semaphore("exports", 3, ttl=10, purpose=f"export {i}") for i in range(4)]
+    for permit in permits[:3]:
+        assert permit.acquire(blocking=False)
+    assert [p.fence for p in permits[:3]] == [1, 2, 3]  # grows with every permit granted
+    assert not permits[3].acquire(blocking=False)
+    assert permits[3].available() == 0 and permits[3].locked()
+    holders = permits[0].holders()
+    assert all(isinstance(h, LockHolder) for h in holders)
+    assert [h.token for h in holders] == [p.token for p in permits[:3]]
+    assert [h.purpose for h in holders] == ["export 0", "export 1", "export 2"]
+    assert permits[1].owned() and not permits[3].owned()
+    assert 9 < permits[2].remaining() <= 10 and permits[3].remaining() is None
+    permits[1].release()
+    assert permits[0].available() == 1 and not permits[0].locked()
+    assert permits[3].acquire(blocking=False) and permits[3].fence == 4
+    for permit in (permits[0], permits[2], permits[3]):
+        permit.release()
+    # Nothing of a semaphore outlives its last permit but the fence counter.
+    assert _keys(lock_backend) == [b"redislock:{exports}:fence"]
+
+
+def test_a_waiter_is_woken_by_a_release_and_leaves_nothing(lock_backend: Any) -> None:
+    holder = Semaphore("exports", 1, ttl=30)
+    assert holder.acquire(blocking=False)
+    waiter = Semaphore("exports", 1, ttl=30)
+    got: list[bool] = []
+    thread = threading.Thread(target=lambda: got.append(waiter.acquire(timeout=20)))
+    thread.start()
+    client = lock_backend.client()
+    assert wait_until(lambda: client.zcard("redislock:{exports}:queue") == 1)  # in line
+    holder.release()
+    thread.join(20)
+    assert got == [True] and waiter.fence == 2
+    assert client.zcard("redislock:{exports}:queue") == 0  # its place went with the grant
+    waiter.release()
+    assert _keys(lock_backend) == [b"redislock:{exports}:fence"]
+
+
+def test_a_timed_out_waiter_leaves_the_line(lock_backend: Any) -> None:
+    holder = Semaphore("exports", 1, ttl=30)
+    assert holder.acquire(blocking=False)
+    assert not Semaphore("exports", 1, ttl=30).acquire(timeout=0.2)
+    assert lock_backend.client().zcard("redislock:{exports}:queue") == 0
+    with pytest.raises(LockNotAcquired), Semaphore("exports", 1, ttl=30, timeout=0.05):
+        pass
+    holder.release()
+
+
+def test_an_expired_permit_frees_only_itself(lock_backend: Any) -> None:
+    crashed = Semaphore("exports", 2, ttl=0.2)  # never released: its holder "died"
+    alive = Semaphore("exports", 2, ttl=30)
+    assert crashed.acquire(blocking=False) and alive.acquire(blocking=False)
+    late = Semaphore("exports", 2, ttl=30)
+    assert late.acquire(timeout=10)  # after the crashed holder's TTL
+    assert alive.owned() and 25 < alive.remaining() <= 30
+    assert {h.token for h in alive.holders()} == {alive.token, late.token}
+    assert not crashed.owned()
+    alive.release()
+    late.release()
+
+
+def test_watchdog_keeps_a_permit(lock_backend: Any) -> None:
+    with Semaphore("exports", 2, ttl=0.3, watchdog=True) as permit:
+        first = permit.valid_until
+        # Renewed past twice its TTL: the permit outlived its first lease.
+        assert wait_until(lambda: permit.valid_until > first + 0.6, timeout=5)
+        assert permit.owned() and not permit.lost
+    assert lock_info("exports") is None
+
+
+def test_async_twins(lock_backend: Any) -> None:
+    async def main() -> None:
+        async with Semaphore("exports", 2, ttl=10) as first:
+            other = Semaphore("exports", 2, ttl=10)
+            assert await other.aacquire(blocking=False)
+            assert await first.aavailable() == 0 and await first.alocked()
+            assert [h.token for h in await first.aholders()] == [first.token, other.token]
+            assert await first.aowned() and 9 < await first.aremaining() <= 10
+            await other.arelease()
+            assert await first.aavailable() == 1
+
+    asyncio.run(main())
+    assert lock_info("exports") is None
+
+
+def test_inspection_and_force_release_of_one_permit(lock_backend: Any) -> None:
+    a, b = Semaphore("exports", 3, ttl=10, purpose="a"), Semaphore("exports", 3, ttl=10)
+    assert a.acquire(blocking=False) and b.acquire(blocking=False)
+    [info] = list(held_locks("exports"))
+    assert (info.kind, info.limit, [h.token for h in info.holders]) == (
+        "semaphore", 3, [a.token, b.token],
+    )  # fmt: skip
+    assert info.purpose == "a" and info.fence == a.fence
+    assert force_release_holder("exports", token=a.token).released
+    assert not a.owned() and b.owned()
+    assert [h.token for h in lock_info("exports").holders] == [b.token]
+    assert force_release("exports")
+    assert lock_info("exports") is None and not b.owned()
+
+
+def test_a_lock_and_a_semaphore_on_one_name(lock_backend: Any) -> None:
+    semaphore_first = pytest.raises(
+        LockConfigurationError, match=r"in use by a semaphore; it was asked for as a lock"
+    )
+    with Semaphore("shared", 2, ttl=10), semaphore_first:
+        Lock("shared", ttl=5).acquire(blocking=False)
+    lock_first = pytest.raises(
+        LockConfigurationError, match=r"in use by a lock; it was asked for as a semaphore"
+    )
+    with Lock("shared", ttl=10), lock_first:
+        Semaphore("shared", 2, ttl=5).acquire(blocking=False)
+    with Lock("shared", ttl=10), lock_first:
+        Semaphore("shared", 2, ttl=5).available()
+
+
+def test_the_decorator_takes_kind_semaphore(lock_backend: Any) -> None:
+    seen: list[Any] = []
+
+    @locked("exports", kind="semaphore", limit=2, ttl=10)
+    def export() -> None:
+        info = lock_info("exports")
+        seen.append((info.kind, info.limit, len(info.holders)))
+
+    export()
+    assert seen == [("semaphore", 2, 1)]
+    with pytest.raises(TypeError, match="missing 1 required positional argument: 'limit'"):
+        locked("exports", kind="semaphore")(export)()
