@@ -15,7 +15,7 @@ import pytest
 
 from django_redislock import Lock, LockConfigurationError, registry
 from django_redislock.kinds import Mutex
-from tests.test_redlock import cluster  # noqa: F401 - the fixture
+from tests.test_redlock import cluster, settled  # noqa: F401 - the fixture
 
 
 @pytest.fixture
@@ -79,3 +79,19 @@ def test_redlock_names_both_kinds(request: pytest.FixtureRequest) -> None:
         lock.acquire(blocking=False)
     with pytest.raises(LockConfigurationError, match=NAMED):
         asyncio.run(lock.aacquire(blocking=False))
+
+
+def test_redlock_and_semaphore_on_one_name(request: pytest.FixtureRequest) -> None:
+    from django_redislock import Redlock, Semaphore
+
+    c = request.getfixturevalue("cluster")(3)
+    permits = [Semaphore("shared", 2, connection=alias, ttl=10) for alias in c.aliases]
+    assert all(p.acquire(blocking=False) for p in permits)
+    with pytest.raises(LockConfigurationError, match=r"in use by a semaphore; .* as a lock"):
+        Redlock("shared", ttl=5).acquire(blocking=False)
+    for permit in permits:
+        permit.release()
+    lock_first = pytest.raises(LockConfigurationError, match=r"in use by a lock; .* a semaphore")
+    with Redlock("shared", ttl=10) as lock, lock_first:
+        assert settled(lock)  # written on every node, not only on the majority that answered
+        Semaphore("shared", 2, connection=c.aliases[0]).acquire(blocking=False)
