@@ -360,6 +360,22 @@ class OursLock:
         self._lock.release()
 
 
+class SemaphoreLock:
+    """``django_redislock.Semaphore`` with limit 1 (the mutex's rows, as a semaphore)."""
+
+    def __init__(self, target: Target, name: str, ttl: float) -> None:
+        setup_django(target.django_settings)
+        import django_redislock
+
+        self._lock = django_redislock.Semaphore(name, 1, ttl=ttl)
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        return bool(self._lock.acquire(blocking=blocking, timeout=timeout))
+
+    def release(self) -> None:
+        self._lock.release()
+
+
 class SignalledOursLock(OursLock):
     """Ours with a no-op receiver connected to lock_acquired and lock_released.
 
@@ -462,6 +478,12 @@ SYNC_PEERS: dict[str, Peer] = {
             "ours-signals",
             "django-redislock Lock, 2 signal receivers",
             lambda t, n, ttl: SignalledOursLock(t, n, ttl),
+            ours_skip_reason,
+        ),
+        Peer(
+            "ours-semaphore",
+            "django-redislock Semaphore, limit 1",
+            lambda t, n, ttl: SemaphoreLock(t, n, ttl),
             ours_skip_reason,
         ),
     ]

@@ -66,7 +66,8 @@ HOLDER = textwrap.dedent(
 )
 
 
-# Holds a lock of a kind defined only in the tests (two holders) until its stdin closes.
+# Holds two holders of a semaphore, or of a kind defined only in the tests (argv[1]), until
+# its stdin closes.
 PAIR_HOLDER = textwrap.dedent(
     """
     import os, sys
@@ -77,7 +78,11 @@ PAIR_HOLDER = textwrap.dedent(
     from tests.support import pair_kind
 
     registry.register(pair_kind.KIND)
-    locks = [pair_kind.PairLock("exports:pdf", ttl=300, purpose=f"export {i}") for i in (1, 2)]
+    if sys.argv[1] == "pair":
+        locks = [pair_kind.PairLock("exports:pdf", ttl=300, purpose=f"export {i}") for i in (1, 2)]
+    else:
+        from django_redislock import Semaphore
+        locks = [Semaphore("exports:pdf", 3, ttl=300, purpose=f"export {i}") for i in (1, 2)]
     for lock in locks:
         assert lock.acquire(blocking=False)
     print("ready", os.getpid(), *(lock.token[:6] for lock in locks), flush=True)
@@ -91,10 +96,10 @@ def holder_process() -> Iterator[subprocess.Popen[str]]:
     yield from _holding(HOLDER)
 
 
-def _holding(code: str) -> Iterator[subprocess.Popen[str]]:
+def _holding(code: str, *args: str) -> Iterator[subprocess.Popen[str]]:
     """A process running ``code``, which prints "ready ..." once it holds its locks."""
     process = subprocess.Popen(
-        [sys.executable, "-c", code],
+        [sys.executable, "-c", code, *args],
         cwd=ROOT,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -179,11 +184,12 @@ def test_release_a_lock_held_by_another_process(
     assert lock_info("report:nightly-sales") is not None
 
 
-def test_a_kind_defined_in_the_tests_shows_each_holder_and_releases_one(
-    live_server, django_user_model, browser, monkeypatch
+@pytest.mark.parametrize(("kind", "holders"), [("pair", "2 of 2"), ("semaphore", "2 of 3")])
+def test_each_holder_of_a_kind_shown_and_one_released(
+    live_server, django_user_model, browser, monkeypatch, kind, holders
 ):
-    """docs/architecture.md's walkthrough: the admin shows a new kind's holders and
-    releases one of them, with no change to the admin."""
+    """A semaphore's permits, and a kind defined only in the tests (docs/architecture.md's
+    walkthrough): the admin shows each holder and releases one, with no change to it."""
     from selenium.webdriver.common.by import By
 
     from django_redislock import registry
@@ -191,14 +197,14 @@ def test_a_kind_defined_in_the_tests_shows_each_holder_and_releases_one(
 
     monkeypatch.setattr(registry, "_kinds", dict(registry._kinds))
     registry.register(pair_kind.KIND)
-    holders = _holding(PAIR_HOLDER)
-    process = next(holders)
+    holding = _holding(PAIR_HOLDER, kind)
+    process = next(holding)
     try:
         _, pid, _, second = process.ready_line
         _log_in(browser, live_server, django_user_model)
         browser.find_element(By.LINK_TEXT, "Held locks").click()
         row = browser.find_element(By.ID, "result_list").text
-        assert "exports:pdf" in row and "pair" in row and "2 of 2" in row and f"pid {pid}" in row
+        assert "exports:pdf" in row and kind in row and holders in row and f"pid {pid}" in row
         browser.find_element(By.LINK_TEXT, "exports:pdf").click()
         page = browser.find_element(By.ID, "content-main").text
         assert "Holder 1 of 2" in page and "Holder 2 of 2" in page
@@ -211,6 +217,9 @@ def test_a_kind_defined_in_the_tests_shows_each_holder_and_releases_one(
         assert "“exports:pdf” was force-released" in messages
         info = lock_info("exports:pdf")
         assert info is not None and [h.token[:6] for h in info.holders] == [second]
-        assert "1 of 2" in browser.find_element(By.ID, "result_list").text
+        one_left = holders.replace("2 of", "1 of")
+        assert one_left in browser.find_element(By.ID, "result_list").text
+        if kind == "semaphore":
+            browser.save_screenshot(str(Path(tempfile.gettempdir()) / "admin-semaphore.png"))
     finally:
-        holders.close()
+        holding.close()

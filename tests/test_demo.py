@@ -203,6 +203,7 @@ def test_home_page_links_every_demo_and_shows_the_workers_locks(demo: Demo) -> N
         "/fencing/",
         "/command/",
         "/contention/",
+        "/semaphore/",
         "/admin/django_redislock/heldlock/",
     ]:
         assert f'href="{link}"' in browser.get("/")
@@ -223,6 +224,7 @@ def test_every_page_renders(demo: Demo) -> None:
         ("/command/", "locked management command"),
         ("/contention/", "Four processes, one lock"),
         ("/election/", "Three candidates, one leader"),
+        ("/semaphore/", "Eight workers, three permits"),
         ("/celery/", "One report task, enqueued five times, one run"),
         ("/admin/login/", "Log in"),
     ]:
@@ -495,6 +497,39 @@ def test_election_page_kill_the_leader_and_another_takes_over(demo: Demo, chromi
     assert f"elected, term {second[1]}" in events
     IMG.mkdir(parents=True, exist_ok=True)
     driver.save_screenshot(str(IMG / "demo-election.png"))
+
+
+def test_semaphore_page_eight_workers_three_permits_a_holder_killed(demo: Demo) -> None:
+    browser = Browser(demo.url)
+    browser.get("/semaphore/")
+
+    def status() -> dict[str, Any]:
+        return json.loads(browser.get("/semaphore/status.json"))
+
+    browser.post("/semaphore/start/")
+    busy = _eventually(
+        lambda: (s := status())["permits"].__len__() == 3 and s["line"] and s, 60, 0.2
+    )
+    assert busy, "the workers never filled the three permits with others in line"
+    assert busy["workers"] == 8 and busy["limit"] == 3
+    fences = [p["fence"] for p in busy["permits"]]
+    assert fences == sorted(fences)  # longest-held first
+    browser.post("/semaphore/kill/")
+    killed = _eventually(lambda: (s := status())["killed"] and s, 10, 0.1)
+    assert killed and len(killed["killed"]) == 1
+    victim = killed["killed"][0]
+    # Its permit stays taken until its lease runs out; then another worker gets it.
+    taken = [p for p in killed["permits"] if p["label"] == victim]
+    assert taken and taken[0]["killed"] and taken[0]["ttl"] <= 4.0
+    back = _eventually(
+        lambda: (s := status()) and all(p["label"] != victim for p in s["permits"])
+        and len(s["permits"]) == 3 and s,
+        15, 0.2,
+    )  # fmt: skip
+    assert back, "the killed holder's permit never came back"
+    assert back["workers"] == 7
+    page = browser.get("/semaphore/")
+    assert "Permits in use" in page and "In line" in page
 
 
 def test_celery_page_five_enqueues_one_run(demo: Demo, chromium: Any) -> None:

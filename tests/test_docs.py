@@ -40,6 +40,7 @@ MY_PAGES = [
     "docs/changelog.md",
     "docs/migrating-from-cache-lock.md",
     "docs/architecture.md",
+    "docs/kinds.md",
 ]
 #: Pages other parts of the project write; a link to one that is missing is reported, not
 #: failed, until it lands.
@@ -647,3 +648,19 @@ def test_architecture_adding_a_kind(lock_backend: Any, monkeypatch: pytest.Monke
     ns = run_example("docs/architecture.md", "architecture-pair")
     assert ns["export"]() == "pair"
     assert registry.kind("pair").lock_class() is ns["PairLock"]
+
+
+def test_kinds_semaphore(lock_backend: Any) -> None:
+    from django_redislock import lock_info
+
+    export_pdf = run_example("docs/kinds.md", "kinds-semaphore")["export_pdf"]
+    assert export_pdf(7) == "report 7.pdf (permit fence 1)"
+    assert lock_info("pdf-exports") is None
+    call_provider = run_example("docs/kinds.md", "kinds-semaphore-decorator")["call_provider"]
+    assert call_provider({"amount": 5}) == {"sent": {"amount": 5}}
+
+
+def test_readme_semaphore(lock_backend: Any) -> None:
+    ns = run_example(README, "readme-semaphore")
+    assert ns["export_pdf"](3) == "report 3.pdf"
+    assert ns["call_provider"]("x") == {"sent": "x"}

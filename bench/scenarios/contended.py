@@ -227,6 +227,16 @@ def run(ctx: Context) -> Section:
                     )
             section.tables.append(table)
     section.chart_caption = "4 processes, 1 ms hold: hand-off gap and longest wait"
+    for procs in procs_list:
+        lock_runs = runs.get((procs, 0.001, "ours"))
+        semaphore_runs = runs.get((procs, 0.001, "ours-semaphore"))
+        if lock_runs and semaphore_runs:
+            lock_gap = _combine(lock_runs).gap_p50_us
+            semaphore_gap = _combine(semaphore_runs).gap_p50_us
+            section.notes.append(
+                f"{procs} processes, 1 ms hold: Semaphore (limit 1) hand-off gap p50 "
+                f"{semaphore_gap / lock_gap:.2f}x Lock's"
+            )
     for key, reason in failed.items():
         section.notes.append(f"{SYNC_PEERS[key].label}: failed, {reason}")
     return section

@@ -112,6 +112,12 @@ def _table(result: ModeResult) -> Table:
     return table
 
 
+def _kind_ratio(result: ModeResult, key: str, base_key: str) -> str:
+    """``key``'s median cycle over ``base_key``'s in the same rounds, or "" if either is missing."""
+    value, base = median(result.rounds.get(key, [])), median(result.rounds.get(base_key, []))
+    return f"{value / base:.2f}x" if value and base and value == value and base == base else ""
+
+
 def run(ctx: Context) -> Section:
     """Scenario 1 in the current CPU mode, or idle then warm with ``--both-modes``."""
     section = Section(
@@ -133,5 +139,10 @@ def run(ctx: Context) -> Section:
         with warm_cpus(warm):
             result = measure(ctx, mode)
         section.tables.append(_table(result))
+        kind = _kind_ratio(result, "ours-semaphore", "ours")
+        if kind:
+            section.notes.append(
+                f"{mode}: Semaphore (limit 1) against Lock: {kind} (target <= 1.5x)"
+            )
     section.notes.append("Skipped or failed peers show the reason in the ratio column.")
     return section

@@ -26,6 +26,9 @@ from django_redislock import LockInfo, lock_info, lock_view
 from django_redislock.inspection import scan_page
 
 from .management.commands.election_candidate import ELECTION, election_dir
+from .management.commands.semaphore_worker import LIMIT as SEMAPHORE_LIMIT
+from .management.commands.semaphore_worker import SEMAPHORE, semaphore_dir
+from .management.commands.semaphore_worker import TTL as SEMAPHORE_TTL
 from .models import DemoEvent, Ledger, Report
 
 MANAGE = Path(__file__).resolve().parent.parent / "manage.py"
@@ -285,6 +288,103 @@ def election_join(request: HttpRequest) -> HttpResponse:
         start_new_session=True,
     )
     return redirect("/election/")
+
+
+# -- Semaphore: eight workers, three permits ----------------------------------------------
+
+SEMAPHORE_WORKERS = 8
+
+
+def _workers() -> list[dict[str, Any]]:
+    found = []
+    for pid_file in sorted(semaphore_dir().glob("*.pid"), key=lambda p: int(p.stem.split("-")[1])):
+        pid = int(pid_file.read_text() or 0)
+        state_file = pid_file.with_suffix(".state")
+        stamp, _, state = (state_file.read_text() if state_file.exists() else "0 ").partition(" ")
+        found.append(
+            {"label": pid_file.stem, "pid": pid, "alive": _alive(pid), "since": float(stamp),
+             "state": state}
+        )  # fmt: skip
+    return found
+
+
+def _semaphore_status() -> dict[str, Any]:
+    """What the Semaphore page shows: rendered once by the page, then fetched every second."""
+    from django_redislock import Semaphore
+
+    semaphore = Semaphore(SEMAPHORE, SEMAPHORE_LIMIT)
+    permits = [
+        {"label": h.purpose, "pid": h.pid, "fence": h.fence,
+         "ttl": round(h.ttl, 1) if h.ttl is not None else None}
+        for h in semaphore.holders()
+    ]  # fmt: skip
+    holding = {p["label"] for p in permits}
+    now = time.time()
+    workers = _workers()
+    line = sorted(
+        (
+            w
+            for w in workers
+            if w["alive"] and w["state"] == "waiting" and w["label"] not in holding
+        ),
+        key=lambda w: w["since"],
+    )
+    killed = [w["label"] for w in workers if not w["alive"]]
+    events_file = semaphore_dir() / "events.log"
+    lines = events_file.read_text().splitlines()[-12:] if events_file.exists() else []
+    events = []
+    for entry in reversed(lines):
+        stamp, label, text = entry.split(" ", 2)
+        at = dt.datetime.fromtimestamp(float(stamp)).strftime("%H:%M:%S")
+        events.append({"at": at, "who": label, "text": text})
+    return {
+        "limit": SEMAPHORE_LIMIT,
+        "permits": [{**p, "killed": p["label"] in killed} for p in permits],
+        "line": [{"label": w["label"], "waiting": round(now - w["since"], 1)} for w in line],
+        "workers": len([w for w in workers if w["alive"]]),
+        "killed": killed,
+        "events": events,
+    }
+
+
+def semaphore_page(request: HttpRequest) -> HttpResponse:
+    context = {**_semaphore_status(), "name": SEMAPHORE, "ttl": SEMAPHORE_TTL}
+    return render(request, "demo/semaphore.html", {**context, "count": SEMAPHORE_WORKERS})
+
+
+def semaphore_status(request: HttpRequest) -> JsonResponse:
+    return JsonResponse(_semaphore_status())
+
+
+@require_POST
+def semaphore_start(request: HttpRequest) -> HttpResponse:
+    """Start the eight workers (those already running are kept; the dead are replaced)."""
+    alive = {w["label"] for w in _workers() if w["alive"]}
+    for number in range(1, SEMAPHORE_WORKERS + 1):
+        label = f"worker-{number}"
+        if label in alive:
+            continue
+        for stale in (".pid", ".state"):
+            (semaphore_dir() / f"{label}{stale}").unlink(missing_ok=True)
+        subprocess.Popen(
+            manage_command("semaphore_worker", "--label", label),
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    return redirect("/semaphore/")
+
+
+@require_POST
+def semaphore_kill(request: HttpRequest) -> HttpResponse:
+    """SIGKILL the longest holder: its permit stays taken until its lease runs out."""
+    from django_redislock import Semaphore
+
+    for holder in Semaphore(SEMAPHORE, SEMAPHORE_LIMIT).holders():
+        if holder.pid and holder.host == socket.gethostname() and _alive(holder.pid):
+            with contextlib.suppress(OSError):
+                os.kill(holder.pid, signal.SIGKILL)
+            break
+    return redirect("/semaphore/")
 
 
 # -- Celery: the same report task enqueued five times, one run ---------------------------
