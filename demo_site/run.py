@@ -132,8 +132,10 @@ def main(argv: list[str] | None = None) -> int:
         password = os.environ.get("DEMO_ADMIN_PASSWORD") or secrets.token_urlsafe(12)
         _setup_database(user, password)
 
-        # The Election page's candidates (a fresh election: forget the last run's).
+        # The Election page's candidates (a fresh election: forget the last run's), and
+        # the Semaphore page's workers (started from the page) of the last run forgotten.
         shutil.rmtree(var_dir / "election", ignore_errors=True)
+        shutil.rmtree(var_dir / "semaphore", ignore_errors=True)
         for number in range(1, args.candidates + 1):
             label = f"candidate-{number}"
             command = [sys.executable, str(MANAGE), "election_candidate", "--label", label]

@@ -85,6 +85,28 @@ def test_locks_in_different_slots(on_cluster: Cluster) -> None:
     again.release()
 
 
+def test_semaphores_in_different_slots(on_cluster: Cluster) -> None:
+    from django_redislock import Semaphore, lock_info
+
+    for name in names_on_every_node(on_cluster):
+        first, second = Semaphore(name, 2, ttl=5), Semaphore(name, 2, ttl=5)
+        assert first.acquire(timeout=0) and second.acquire(timeout=0)
+        assert not Semaphore(name, 2).acquire(timeout=0)
+        waiter = Semaphore(name, 2, ttl=5)
+        assert not waiter.acquire(timeout=0.2)  # it stood in line, then left it
+        owner = on_cluster.owner_of(first.key)
+        with owner.client() as raw:  # every key of the name on the node of its slot
+            assert raw.zcard(first.key) == 2 and raw.hlen(f"{first.key}:meta") == 2
+            assert int(raw.get(f"{first.key}:fence")) == second.fence == 2
+        info = lock_info(name)
+        assert info is not None and (info.kind, len(info.holders)) == ("semaphore", 2)
+        first.release()
+        assert waiter.acquire(timeout=0) and waiter.fence == 3
+        second.release()
+        waiter.release()
+        assert lock_info(name) is None
+
+
 def test_scan_clients_are_the_primaries(on_cluster: Cluster) -> None:
     clients = scan_clients(ALIAS)
     ports = sorted(c.connection_pool.connection_kwargs["port"] for c in clients)

@@ -123,6 +123,17 @@ def test_the_admin_shows_each_holder_and_releases_one(admin_client: Any) -> None
     assert [h.token for h in lock_info("duo").holders] == [first.token]
 
 
+def test_a_pair_and_a_semaphore_on_one_name(lock_backend: Any) -> None:
+    from django_redislock import Semaphore
+
+    pair_first = pytest.raises(LockConfigurationError, match=r"by a pair; .* as a semaphore")
+    with PairLock("shared", ttl=10), pair_first:
+        Semaphore("shared", 2, ttl=5).acquire(blocking=False)
+    semaphore_first = pytest.raises(LockConfigurationError, match=r"by a semaphore; .* as a pair")
+    with Semaphore("shared", 2, ttl=10), semaphore_first:
+        PairLock("shared", ttl=5).acquire(blocking=False)
+
+
 def test_a_pair_and_a_lock_on_one_name(lock_backend: Any) -> None:
     pair_first = pytest.raises(LockConfigurationError, match=r"in use by a pair; .* as a lock")
     with PairLock("shared", ttl=10), pair_first:

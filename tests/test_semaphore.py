@@ -170,3 +170,90 @@ def test_the_decorator_takes_kind_semaphore(lock_backend: Any) -> None:
     assert seen == [("semaphore", 2, 1)]
     with pytest.raises(TypeError, match="missing 1 required positional argument: 'limit'"):
         locked("exports", kind="semaphore")(export)()
+
+
+def test_lost_on_lost_and_max_hold(lock_backend: Any) -> None:
+    lost: list[Any] = []
+    permit = Semaphore("exports", 2, ttl=0.3, watchdog=True, on_lost=lost.append)
+    assert permit.acquire(blocking=False)
+    assert force_release("exports", token=permit.token)  # taken away behind its back
+    assert wait_until(lambda: permit.lost, timeout=5)
+    assert wait_until(lambda: lost == [permit], timeout=5)
+    capped = Semaphore("exports", 2, ttl=0.3, watchdog=True, max_hold=0.6)
+    assert capped.acquire(blocking=False)
+    assert wait_until(lambda: capped.lost, timeout=5)  # the watchdog stopped at max_hold
+    assert not capped.owned()
+
+
+def test_signals_name_the_semaphore(lock_backend: Any) -> None:
+    from django_redislock.signals import lock_acquired, lock_released
+
+    seen: list[tuple[str, Any]] = []
+
+    def on_acquired(sender: Any, lock: Any, **kwargs: Any) -> None:
+        seen.append(("acquired", sender))
+
+    def on_released(sender: Any, lock: Any, **kwargs: Any) -> None:
+        seen.append(("released", sender))
+
+    lock_acquired.connect(on_acquired, dispatch_uid="semaphore-acquired")
+    lock_released.connect(on_released, dispatch_uid="semaphore-released")
+    try:
+        with Semaphore("exports", 2, ttl=10):
+            pass
+    finally:
+        lock_acquired.disconnect(dispatch_uid="semaphore-acquired")
+        lock_released.disconnect(dispatch_uid="semaphore-released")
+    assert seen == [("acquired", Semaphore), ("released", Semaphore)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_release_waits_for_commit(lock_backend: Any) -> None:
+    from django.db import transaction
+
+    with transaction.atomic():
+        with Semaphore("exports", 2, ttl=10) as permit:
+            pass
+        assert permit.owned()  # still held: the transaction is open
+    assert not permit.owned() and lock_info("exports") is None
+
+
+def test_unreachable_server_is_backend_unavailable(settings: Any) -> None:
+    from django_redislock import LockBackendUnavailable
+
+    settings.CACHES = {
+        **settings.CACHES,
+        "down": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": "redis://127.0.0.1:1/0"},
+    }
+    with pytest.raises(LockBackendUnavailable):
+        Semaphore("exports", 2, connection="down", ttl=5).acquire(blocking=False)
+
+
+def test_forked_child_cannot_release_or_extend(real_backend: Any) -> None:
+    import os
+
+    from django_redislock import LockNotOwned
+
+    permit = Semaphore("exports", 2, ttl=30)
+    assert permit.acquire(blocking=False)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        code = 0
+        for action in (permit.release, permit.extend):
+            try:
+                action()
+                code += 1
+            except LockNotOwned:
+                pass
+            except BaseException:
+                code += 10
+        code += 100 if permit.owned() else 0
+        os.write(write, bytes([code]))
+        os._exit(0)
+    os.close(write)
+    result = os.read(read, 1)
+    os.waitpid(pid, 0)
+    assert result == b"\x00"
+    assert permit.owned() and permit.remaining() > 25
+    permit.release()
