@@ -508,10 +508,11 @@ def test_semaphore_page_eight_workers_three_permits_a_holder_killed(demo: Demo) 
 
     browser.post("/semaphore/start/")
     busy = _eventually(
-        lambda: (s := status())["permits"].__len__() == 3 and s["line"] and s, 60, 0.2
-    )
-    assert busy, "the workers never filled the three permits with others in line"
-    assert busy["workers"] == 8 and busy["limit"] == 3
+        lambda: (s := status())["workers"] == 8 and len(s["permits"]) == 3 and s["line"] and s,
+        60, 0.2,
+    )  # fmt: skip
+    assert busy, "the eight workers never filled the three permits with others in line"
+    assert busy["limit"] == 3
     fences = [p["fence"] for p in busy["permits"]]
     assert fences == sorted(fences)  # longest-held first
     browser.post("/semaphore/kill/")

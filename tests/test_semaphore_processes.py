@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from django_redislock import Semaphore, lock_info
-from django_redislock.attempts import CLAIM_MS
+from django_redislock.attempts import CLAIM_MS, MAX_SUBSCRIBED_WAIT
 from tests.support import semaphore_workers as workers
 from tests.support.polling import wait_until
 
@@ -64,6 +64,16 @@ def test_never_more_than_the_limit_inside(real_backend: Any, record_property: An
     record_property("utilisation", round(utilisation, 3))
     print(f"\n{real_backend.name}: permits in use {utilisation:.0%} of the time (limit {LIMIT})")
     assert lock_info("pdf-exports") is None
+
+
+def test_no_waiter_misses_its_turn(real_backend: Any) -> None:
+    # Released at once and taken again: a waiter that was not woken when its turn came
+    # waits for its fallback retry (MAX_SUBSCRIBED_WAIT, 2 s). A waiter joining the line
+    # ahead of others (its place dates from its first try) and refused for them slept so.
+    with CTX.Manager() as manager, CTX.Pool(4) as pool:
+        start = manager.Barrier(4)
+        waits = pool.starmap(workers.longest_wait, [(real_backend.url, "turns", 40, start)] * 4)
+    assert max(waits) < MAX_SUBSCRIBED_WAIT / 2, waits
 
 
 def test_the_checker_catches_a_broken_limit(make_server: Any, settings: Any) -> None:

@@ -39,6 +39,15 @@ if mine then
   return {1, tonumber(string.match(meta, '^(%d+)|')) or 0}
 end
 
+if waited > 0 then
+  -- A waiter: its place in line is when it first tried, so it may go in ahead of
+  -- waiters already there (taken before it is ranked: a waiter refused only for those
+  -- it then stands ahead of would sleep while first in line). Renewing it keeps it.
+  redis.call('ZADD', KEYS[4], 'NX', now - waited, token)
+  redis.call('ZADD', KEYS[5], now + place, token)
+  expire_with_last(KEYS[5], {KEYS[4], KEYS[5]})
+end
+
 local used = redis.call('ZCARD', KEYS[1])
 local ahead = redis.call('ZRANK', KEYS[4], token) or redis.call('ZCARD', KEYS[4])
 if used + ahead < limit then
@@ -52,12 +61,6 @@ if used + ahead < limit then
   return {1, fence}
 end
 
-if waited > 0 then
-  -- A waiter: its place in line is when it first tried; renewing it keeps it.
-  redis.call('ZADD', KEYS[4], 'NX', now - waited, token)
-  redis.call('ZADD', KEYS[5], now + place, token)
-  expire_with_last(KEYS[5], {KEYS[4], KEYS[5]})
-end
 local wait
 if used >= limit then
   wait = tonumber(redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2]) - now

@@ -49,3 +49,20 @@ def wait_for_permit(redis_url: str, name: str, index: int, results: Any) -> None
     results.put((index, permit.fence, time.monotonic(), os.getpid()))
     time.sleep(0.01)
     permit.release()
+
+
+def longest_wait(redis_url: str, name: str, iterations: int, start: Any) -> float:
+    """Take a permit of ``name`` (limit 1) ``iterations`` times, releasing at once; the
+    longest any acquire waited (s)."""
+    setup_django(redis_url)
+    from django_redislock import Semaphore
+
+    start.wait()
+    longest = 0.0
+    for _ in range(iterations):
+        permit = Semaphore(name, 1, ttl=10)
+        asked = time.monotonic()
+        assert permit.acquire(timeout=60)
+        longest = max(longest, time.monotonic() - asked)
+        permit.release()
+    return longest
