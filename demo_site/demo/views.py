@@ -226,6 +226,17 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _recent_events(events_file: Path) -> list[dict[str, str]]:
+    """The last dozen lines of an events log ("<stamp> <who> <text>"), newest first."""
+    lines = events_file.read_text().splitlines()[-12:] if events_file.exists() else []
+    events = []
+    for line in reversed(lines):
+        stamp, label, text = line.split(" ", 2)
+        at = dt.datetime.fromtimestamp(float(stamp)).strftime("%H:%M:%S")
+        events.append({"at": at, "who": label, "text": text})
+    return events
+
+
 def _election_status() -> dict[str, Any]:
     """What the election page shows: rendered once by the page, then fetched every second."""
     info = lock_info(ELECTION)
@@ -247,13 +258,7 @@ def _election_status() -> dict[str, Any]:
         }
         for c in _candidates()
     ]
-    events_file = election_dir() / "events.log"
-    lines = events_file.read_text().splitlines()[-12:] if events_file.exists() else []
-    events = []
-    for line in reversed(lines):
-        stamp, label, text = line.split(" ", 2)
-        at = dt.datetime.fromtimestamp(float(stamp)).strftime("%H:%M:%S")
-        events.append({"at": at, "who": label, "text": text})
+    events = _recent_events(election_dir() / "events.log")
     return {"leader": leader, "candidates": candidates, "events": events}
 
 
@@ -330,13 +335,7 @@ def _semaphore_status() -> dict[str, Any]:
         key=lambda w: w["since"],
     )
     killed = [w["label"] for w in workers if not w["alive"]]
-    events_file = semaphore_dir() / "events.log"
-    lines = events_file.read_text().splitlines()[-12:] if events_file.exists() else []
-    events = []
-    for entry in reversed(lines):
-        stamp, label, text = entry.split(" ", 2)
-        at = dt.datetime.fromtimestamp(float(stamp)).strftime("%H:%M:%S")
-        events.append({"at": at, "who": label, "text": text})
+    events = _recent_events(semaphore_dir() / "events.log")
     return {
         "limit": SEMAPHORE_LIMIT,
         "permits": [{**p, "killed": p["label"] in killed} for p in permits],
