@@ -85,18 +85,12 @@ def format_moment(moment: dt.datetime | None) -> str:
     return f"{formats.localize(local)} ({timesince(moment)} ago)"
 
 
-def holders_text(info: LockInfo) -> str:
-    """How many hold it: ``1``, or ``2 of 3`` where the kind has a limit."""
-    count = len(info.holders)
-    return str(count) if info.limit is None else f"{count} of {info.limit}"
-
-
 def lock_fields(info: LockInfo, alias: str) -> list[tuple[str, str]]:
     """(label, text) pairs describing a held lock as a whole."""
     return [
         ("Name", info.name),
         ("Kind", info.kind),
-        ("Holders", holders_text(info)),
+        ("Holders", info.holders_text),
         ("Redis key", info.key),
         ("Connection", alias),
     ]
@@ -245,7 +239,6 @@ class HeldLockAdmin(admin.ModelAdmin):
             "ttl": format_ttl(info.ttl),
             "acquired_at": format_moment(info.acquired_at),
             "fields": lock_fields(info, alias),
-            "holders_text": holders_text(info),
             "more_holders": len(info.holders) - 1,
             "holders": [
                 {

@@ -201,6 +201,10 @@ class BaseLock:
     def _backend_error(self, exc: BaseException) -> RedisLockError:
         raise NotImplementedError
 
+    def _may_own(self) -> bool:
+        """Holds a token taken in this process (a forked child owns nothing)."""
+        return self.token is not None and self._owner_pid == os.getpid()
+
     def _wake_alias(self) -> str | None:
         """The alias whose pub/sub wakes waiters, or None to use backoff only."""
         return None

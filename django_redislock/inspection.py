@@ -97,6 +97,12 @@ class LockInfo:
     limit: int | None = None
 
     @property
+    def holders_text(self) -> str:
+        """How many hold it: ``1``, or ``2 of 3`` where the kind has a limit."""
+        count = len(self.holders)
+        return str(count) if self.limit is None else f"{count} of {self.limit}"
+
+    @property
     def short_token(self) -> str:
         """The first characters of the token: enough to tell holders apart."""
         return self.token[:6] + "…"

@@ -9,7 +9,6 @@ lock does is :class:`~django_redislock.base.BaseLock`'s, shared with Redlock.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -125,7 +124,7 @@ class Lock(BaseLock):
 
     def owned(self) -> bool:
         """True if this object holds the lock right now (checked in Redis)."""
-        if self.token is None or self._owner_pid != os.getpid():
+        if not self._may_own():
             return False
         value = self._query(lambda c: c.get(self.key))
         return value is not None and value.decode() == self.token
@@ -154,7 +153,7 @@ class Lock(BaseLock):
 
     async def aowned(self) -> bool:
         """Async twin of :meth:`owned`."""
-        if self.token is None or self._owner_pid != os.getpid():
+        if not self._may_own():
             return False
         value = await self._aquery("GET", self.key)
         return value is not None and value.decode() == self.token

@@ -29,7 +29,6 @@ not guarantee.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -179,9 +178,6 @@ class Redlock(BaseLock):
     def _owned_in(self, state: dict[str, tuple[str | None, int]]) -> bool:
         holder = self._majority_holder(state)
         return holder is not None and holder[0] == self.token and not self.lost
-
-    def _may_own(self) -> bool:
-        return self.token is not None and self._owner_pid == os.getpid()
 
     def locked(self) -> bool:
         """True if one token holds the lock on a majority of the nodes."""

@@ -8,7 +8,6 @@ same engine as :class:`~django_redislock.Lock`: waiting woken by releases, the w
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -82,9 +81,6 @@ class Semaphore(Lock):
         except RedisError as exc:
             raise await drivers.arun(protocol.refused(self, exc)) from exc
         return read
-
-    def _may_own(self) -> bool:
-        return self.token is not None and self._owner_pid == os.getpid()
 
     def holders(self) -> list[LockHolder]:
         """Every holder of a permit now (``LockHolder`` records), longest-held first."""

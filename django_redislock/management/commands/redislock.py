@@ -73,12 +73,6 @@ def _ttl(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds:.1f}s"
 
 
-def holders_text(info: LockInfo) -> str:
-    """How many hold it: ``1``, or ``2 of 3`` where the kind has a limit."""
-    count = len(info.holders)
-    return str(count) if info.limit is None else f"{count} of {info.limit}"
-
-
 class Command(BaseCommand):
     help = "List, inspect and force-release the distributed locks held in Redis."
 
@@ -154,7 +148,7 @@ class Command(BaseCommand):
             (
                 info.name,
                 info.kind,
-                holders_text(info),
+                info.holders_text,
                 _ttl(holder.ttl),
                 str(holder.owner),
                 "-" if holder.fence is None else str(holder.fence),
@@ -194,7 +188,7 @@ class Command(BaseCommand):
             ("Kind", info.kind),
             ("Key", info.key),
             ("Connection", info.connection),
-            ("Holders", holders_text(info)),
+            ("Holders", info.holders_text),
         ]
         for number, holder in enumerate(info.holders, 1):
             if holders is not None and holder not in holders:
