@@ -37,11 +37,13 @@ _LAZY = {
     "LockInfo": ".inspection",
     "LockHolder": ".inspection",
     "Semaphore": ".semaphore",
+    "ReadWriteLock": ".rwlock",
 }
 
 if TYPE_CHECKING:
     from .election import Election
     from .lock import Lock
+    from .rwlock import ReadWriteLock
     from .semaphore import Semaphore
 
 __all__ = [
@@ -56,6 +58,7 @@ __all__ = [
     "LockNotAcquired",
     "LockNotOwned",
     "LockedCommand",
+    "ReadWriteLock",
     "RedisLockError",
     "Redlock",
     "Semaphore",

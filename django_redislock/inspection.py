@@ -216,6 +216,7 @@ def info_of(name: str, key: str, kind: str, holders: Holders, alias: str) -> Loc
     if not holders.states:
         return None
     records = [holder_from_state(state) for state in holders.states]
+    kind = holders.kind or kind  # a read-write lock says whether it is read or written
     return info_from_holders(name, key, records, alias, kind=kind, limit=holders.limit)
 
 

@@ -1,6 +1,6 @@
 """The registry of lock kinds and the transports each runs over.
 
-A kind (the mutex today; the semaphore and the read-write lock next) is known by
+A kind (the mutex today; the semaphore, the read-write lock's two sides) is known by
 its name: its key layout, its operations, and the lock class that runs it over
 each backend ("redis": one server, or one server and ``WAIT`` for replicas;
 "redlock": a majority of independent servers). :mod:`~django_redislock.factory`
@@ -22,6 +22,7 @@ from .conf import get_config
 from .exceptions import LockConfigurationError
 from .keys import LockKeys, validate_name, validate_prefix
 from .kinds.mutex import Mutex
+from .kinds.rwlock import Read, Write
 from .kinds.semaphore import Semaphore
 
 if TYPE_CHECKING:
@@ -48,6 +49,12 @@ class Kind:
     #: Give a new kind a type of its own; kinds sharing one are read as the first
     #: registered of them.
     redis_type: str = "string"
+    #: What people call it, in messages (default: its name).
+    title: str = ""
+
+    @property
+    def label(self) -> str:
+        return self.title or self.name
 
     def keys(self, name: str) -> LockKeys:
         """The Redis names of lock ``name`` under the configured prefix."""
@@ -113,13 +120,14 @@ def conflict(name: str, wanted: str, found_type: str | None) -> LockConfiguratio
     another kind (its main key of Redis type ``found_type``; ``None``: unknown)."""
     other = kind_of_type(found_type) if found_type else None
     if other is not None:
-        held = f"a {other.name}"
+        held = f"a {other.label}"
     elif found_type and found_type != "none":
         held = f"something else (its key {{{name}}} is a Redis {found_type})"
     else:
         held = "another kind of lock"
+    asked = _kinds[wanted].label if wanted in _kinds else wanted
     return LockConfigurationError(
-        f"Lock name {name!r} is in use by {held}; it was asked for as a {wanted}. "
+        f"Lock name {name!r} is in use by {held}; it was asked for as a {asked}. "
         "Each kind of lock needs names of its own.",
         lock_name=name,
     )
@@ -148,6 +156,17 @@ register(
         redis_type="zset",
     )
 )
+
+for _side in ("read", "write"):
+    register(
+        Kind(
+            _side,
+            operations=Read if _side == "read" else Write,
+            classes={"redis": f"django_redislock.rwlock.{_side.capitalize()}Lock"},
+            redis_type="set",
+            title="read-write lock",
+        )
+    )
 
 __all__ = [
     "BACKENDS",

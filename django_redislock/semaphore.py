@@ -11,14 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from redis.exceptions import RedisError
-
-from . import drivers, protocol
-from .inspection import LockHolder, holder_from_state
-from .kinds.holders import Holders
 from .kinds.interface import KindOperations
 from .kinds.semaphore import Semaphore as SemaphoreOperations
-from .lock import Lock
+from .shared import SharedLock
 
 
 def _validate_limit(limit: object) -> int:
@@ -29,7 +24,7 @@ def _validate_limit(limit: object) -> int:
     return limit
 
 
-class Semaphore(Lock):
+class Semaphore(SharedLock):
     """A counting lock on one Redis server: at most ``limit`` holders at once.
 
     Each object holds at most one permit at a time, with the whole ``Lock`` surface;
@@ -71,25 +66,6 @@ class Semaphore(Lock):
         )
 
     # -- queries ------------------------------------------------------------------------
-    def _read(self) -> Holders:
-        read: Holders = self._query(lambda _client: self.transport.call(self.ops.read_holders()))
-        return read
-
-    async def _aread(self) -> Holders:
-        try:
-            read: Holders = await self.transport.acall(self.ops.read_holders())
-        except RedisError as exc:
-            raise await drivers.arun(protocol.refused(self, exc)) from exc
-        return read
-
-    def holders(self) -> list[LockHolder]:
-        """Every holder of a permit now (``LockHolder`` records), longest-held first."""
-        return _records(self._read())
-
-    async def aholders(self) -> list[LockHolder]:
-        """Async twin of :meth:`holders`."""
-        return _records(await self._aread())
-
     def available(self) -> int:
         """Permits free now for this object's limit (0 when ``limit`` or more are held)."""
         return max(0, self.limit - len(self._read().states))
@@ -106,36 +82,9 @@ class Semaphore(Lock):
         """Async twin of :meth:`locked`."""
         return await self.aavailable() == 0
 
-    def owned(self) -> bool:
-        """True if this object holds a live permit right now (checked in Redis)."""
-        return self._own_pttl(self._read()) is not None if self._may_own() else False
-
-    async def aowned(self) -> bool:
-        """Async twin of :meth:`owned`."""
-        return self._own_pttl(await self._aread()) is not None if self._may_own() else False
-
-    def remaining(self) -> float | None:
-        """Seconds left on this object's permit, or ``None`` when it holds none."""
-        return _seconds(self._own_pttl(self._read())) if self._may_own() else None
-
-    async def aremaining(self) -> float | None:
-        """Async twin of :meth:`remaining`."""
-        return _seconds(self._own_pttl(await self._aread())) if self._may_own() else None
-
-    def _own_pttl(self, read: Holders) -> int | None:
-        return next((s.pttl_ms for s in read.states if s.token == self.token), None)
-
     def __repr__(self) -> str:
         state = "holding a permit" if self.token else "not held"
         return f"<Semaphore {self.name!r} limit {self.limit} {state}>"
-
-
-def _records(read: Holders) -> list[LockHolder]:
-    return [holder_from_state(state) for state in read.states]
-
-
-def _seconds(pttl_ms: int | None) -> float | None:
-    return None if pttl_ms is None or pttl_ms < 0 else pttl_ms / 1000
 
 
 __all__ = ["Semaphore"]

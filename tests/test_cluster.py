@@ -107,6 +107,29 @@ def test_semaphores_in_different_slots(on_cluster: Cluster) -> None:
         assert lock_info(name) is None
 
 
+def test_read_write_locks_in_different_slots(on_cluster: Cluster) -> None:
+    from django_redislock import ReadWriteLock, lock_info
+
+    for name in names_on_every_node(on_cluster):
+        rw = ReadWriteLock(name, ttl=5)
+        first, second = rw.read_lock(), rw.read_lock()
+        assert first.acquire(timeout=0) and second.acquire(timeout=0)
+        writer = rw.write_lock()
+        assert not writer.acquire(timeout=0.2)  # it stood in line, then left it
+        owner = on_cluster.owner_of(first.key)
+        with owner.client() as raw:  # every key of the name on the node of its slot
+            assert raw.scard(first.key) == 2 and raw.zcard(f"{first.key}:leases") == 2
+            assert int(raw.get(f"{first.key}:fence")) == second.fence == 2
+        info = lock_info(name)
+        assert info is not None and (info.kind, len(info.holders)) == ("read", 2)
+        first.release()
+        second.release()
+        assert writer.acquire(timeout=0) and writer.fence == 3
+        assert lock_info(name).kind == "write"
+        writer.release()
+        assert lock_info(name) is None
+
+
 def test_scan_clients_are_the_primaries(on_cluster: Cluster) -> None:
     clients = scan_clients(ALIAS)
     ports = sorted(c.connection_pool.connection_kwargs["port"] for c in clients)

@@ -39,6 +39,8 @@ CORE_COMMANDS = [
 INSPECT_COMMANDS = ["scan", "type"]
 # Called inside the semaphore's scripts (its main key is a sorted set).
 SEMAPHORE_COMMANDS = ["hdel", "zadd", "zrem", "zcard", "zrank", "zrange", "zrangebyscore", "zscore"]
+# And in the read-write lock's (its main key is a set of holders; the rest as the semaphore's).
+RWLOCK_COMMANDS = ["sadd", "srem", "scard", "srandmember"]
 
 
 # -- tokens ------------------------------------------------------------------------------------
@@ -229,6 +231,28 @@ def test_a_semaphore_works_with_exactly_the_minimal_acl(settings, make_server, s
     thread.join(10)
     assert got == [True]
     assert force_release("acl-sem", connection="acl")
+
+
+@pytest.mark.parametrize("server_name", [spec.name for spec in available_servers()])
+def test_a_read_write_lock_works_with_exactly_the_minimal_acl(settings, make_server, server_name):
+    from django_redislock import ReadWriteLock
+
+    server = make_server(server_name)
+    commands = CORE_COMMANDS + INSPECT_COMMANDS + SEMAPHORE_COMMANDS + RWLOCK_COMMANDS
+    _use_alias(settings, "acl", _acl_user(server, commands))
+    rw = ReadWriteLock("acl-rw", connection="acl", ttl=5)
+    reader = rw.read_lock(watchdog=True)
+    assert reader.acquire() and rw.read_lock().acquire(blocking=False)
+    writer = rw.write_lock()
+    assert not writer.acquire(timeout=0.1)  # stood in line, then left it
+    assert reader.owned() and len(rw.holders()) == 2 and writer.locked()
+    reader.extend()
+    info = lock_info("acl-rw", connection="acl")
+    assert info is not None and info.kind == "read" and len(info.holders) == 2
+    reader.release()
+    assert force_release("acl-rw", connection="acl")
+    assert writer.acquire(blocking=False)
+    writer.release()
 
 
 def test_without_time_a_hand_off_is_confirmed_by_an_attempt(settings, make_server):

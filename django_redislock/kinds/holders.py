@@ -31,6 +31,8 @@ class Holders(NamedTuple):
     states: tuple[HolderState, ...]
     #: How many holders may hold it at once, when the kind says (a semaphore); else None.
     limit: int | None = None
+    #: The kind to show when the holders tell it (a read-write lock: read or write).
+    kind: str | None = None
 
 
 def holder_state(token: Any, pttl_ms: int, fence: Any, description: Any) -> HolderState:

@@ -42,8 +42,12 @@ def parse_holders(reply: Any) -> Holders:
         states.append(state)
         if limit.isdigit():
             limits.append((state.fence, int(limit)))
-    states.sort(key=lambda s: (s.fence, _acquired(s), s.token))
-    return Holders(tuple(states), max(limits)[1] if limits else None)
+    return Holders(by_grant(states), max(limits)[1] if limits else None)
+
+
+def by_grant(states: list[HolderState]) -> tuple[HolderState, ...]:
+    """Holders longest-held first: by fence, then (fencing off) by when they acquired."""
+    return tuple(sorted(states, key=lambda s: (s.fence, _acquired(s), s.token)))
 
 
 def _acquired(state: HolderState) -> str:
@@ -149,4 +153,4 @@ class Semaphore:
         return Operation(SEMAPHORE_FORCE_RELEASE, self._permits(), args, raw)
 
 
-__all__ = ["DEFAULT_PLACE_MS", "Semaphore", "parse_holders"]
+__all__ = ["DEFAULT_PLACE_MS", "Semaphore", "by_grant", "parse_holders"]

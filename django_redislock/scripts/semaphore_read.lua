@@ -1,6 +1,7 @@
--- Every live permit of a semaphore, in one call (leases that ran out are left out).
--- KEYS[1] permits, KEYS[2] holder metadata
--- Returns {token, pttl in ms, "fence|limit|holder description"} per holder, soonest
+-- Every live permit of a semaphore (or lease of a read-write lock), in one call (leases
+-- that ran out are left out).
+-- KEYS[1] permits or leases (token -> lease expiry), KEYS[2] holder metadata
+-- Returns {token, pttl in ms, metadata} per holder, soonest
 -- lease end first.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -1,4 +1,4 @@
--- A waiter of a semaphore leaves the line; the next in line is woken to look again.
+-- A waiter of a semaphore (or a read-write lock's writer) leaves the line; the next in line is woken to look again.
 -- KEYS[1] waiters in line, KEYS[2] waiters' places
 -- ARGV[1] token, ARGV[2] release channel
 -- Returns 1 when it was in line, else 0.
