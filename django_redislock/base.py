@@ -19,7 +19,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from . import drivers, protocol, replication, signals, watchdog
+from . import drivers, protocol, reentry, replication, signals, watchdog
 from .clock import now
 from .conf import get_config
 from .exceptions import (
@@ -55,6 +55,11 @@ class BaseLock:
     key: str
     token: str | None
     fence: int | None
+    #: Re-entries by the same owner count instead of waiting (``Lock(reentrant=True)``).
+    reentrant: bool = False
+    #: The owner's hold this object takes part in, and its own entries (``reentry``).
+    _hold: Any = None
+    _depth: int = 0
 
     def __init__(
         self,
@@ -117,6 +122,9 @@ class BaseLock:
         validity (acquire time + TTL, or the last extend/renewal + TTL) has
         passed, even if no renewal could run (a starved process).
         """
+        hold = self._hold
+        if hold is not None and hold.carrier is not self:
+            return bool(hold.carrier.lost)  # a re-entry: the first entry's lock decides
         if self._lost:
             return True
         valid_until = self.valid_until
@@ -237,6 +245,8 @@ class BaseLock:
         self._acquired_wall = time.time()
         self.valid_until = started + self.validity
         self.last_holder_ttl = None
+        if self.reentrant:
+            reentry.took(self, in_loop=in_loop)
         if self.watchdog:
             watchdog.watch(self, in_loop=in_loop)
         acquire_logger.debug("acquired %r fence=%s", self.name, self.fence)
@@ -248,6 +258,7 @@ class BaseLock:
         self.token = None
         self._owner_pid = None
         self.valid_until = None
+        self._hold, self._depth = None, 0
 
     def _owned_token(self, action: str) -> str:
         """The token to release/extend with, or LockNotOwned."""

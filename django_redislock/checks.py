@@ -106,6 +106,14 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 id="redislock.E003",
             )
         )
+    if not isinstance(config["REENTRANT"], bool):
+        messages.append(
+            Error(
+                f"REDISLOCK['REENTRANT'] must be True or False, not {config['REENTRANT']!r}.",
+                obj="settings.REDISLOCK",
+                id="redislock.E008",
+            )
+        )
     prefix = config["KEY_PREFIX"]
     if not isinstance(prefix, str) or not prefix or "{" in prefix or "}" in prefix:
         messages.append(

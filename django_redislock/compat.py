@@ -85,6 +85,7 @@ class CacheLock(Lock):
             watchdog=timeout is None,  # no expiry asked for: live while the holder does
             purpose=PURPOSE,
             connection=connection,
+            reentrant=False,  # redis-py's lock is not reentrant: a second acquire waits
         )
         self.blocking_timeout = self.timeout  # validated by Lock
         self.timeout = timeout  # redis-py's meaning from here on: the TTL asked for

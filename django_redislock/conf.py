@@ -39,6 +39,9 @@ DEFAULTS: dict[str, Any] = {
     # Lock connections that are not django-redis aliases (Cluster, Sentinel, URL):
     # {"name": {"URL": ..., "CLUSTER": True, ...}}; see docs/operations.md.
     "CONNECTIONS": {},
+    # Default ``reentrant`` of Lock and the decorators: a re-acquire by the owner that
+    # holds the name (same thread, or same asyncio task) counts instead of waiting.
+    "REENTRANT": False,
     # Dotted path of a default ``on_busy(request, info)`` for lock_view.
     "VIEW_ON_BUSY": None,
 }

@@ -93,6 +93,7 @@ class Election:
             connection=self.connection,
             purpose=self.identity,
             on_lost=self._lost,
+            reentrant=False,  # two candidates in one thread are two candidates
         )
 
     def _lost(self, lock: Lock) -> None:

@@ -63,6 +63,7 @@ class Lock(BaseLock):
         max_hold: float | None = None,
         wait_replicas: int = 0,
         wait_timeout: float | None = None,
+        reentrant: bool | None = None,
     ) -> None:
         super().__init__(
             name,
@@ -79,6 +80,7 @@ class Lock(BaseLock):
         if not isinstance(alias, str) or not alias:
             raise ValueError(f"connection must be a cache alias (str), not {alias!r}")
         self.connection = alias
+        self.reentrant = _flag(get_config()["REENTRANT"] if reentrant is None else reentrant)
         if isinstance(wait_replicas, bool) or not isinstance(wait_replicas, int):
             raise ValueError(f"wait_replicas must be an int >= 0, not {wait_replicas!r}")
         if wait_replicas < 0:
@@ -161,6 +163,12 @@ class Lock(BaseLock):
     async def aremaining(self) -> float | None:
         """Async twin of :meth:`remaining`."""
         return _pttl_seconds(await self._aquery("PTTL", self.key))
+
+
+def _flag(reentrant: object) -> bool:
+    if not isinstance(reentrant, bool):
+        raise ValueError(f"reentrant must be True or False, not {reentrant!r}")
+    return reentrant
 
 
 def _pttl_seconds(pttl: int) -> float | None:

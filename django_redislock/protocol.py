@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from redis.exceptions import RedisError
 
-from . import registry
+from . import reentry, registry
 from .attempts import Attempts
 from .clock import now as clock
 from .exceptions import LockLost, LockNotOwned, RedisLockError
@@ -43,6 +43,9 @@ class LockLike(Protocol):
     #: The kind's operations (``ops.kind``: the kind's name).
     ops: Any
     valid_until: float | None
+    reentrant: bool
+    #: The owner's hold it takes part in (``reentry``), or None.
+    _hold: Any
 
     @property
     def lost(self) -> bool: ...
@@ -71,6 +74,8 @@ def acquire(
     is undone by token; a waiter that leaves drops its claim on the next turn.
     """
     wait_for = lock._resolve_wait(blocking, timeout)
+    if lock.reentrant and reentry.enter(lock, in_loop=loop is not None):
+        return True  # its owner holds it already: counted, no round trip
     lock._check_not_held()
     attempts = Attempts(lock, wait_for, loop=loop)
     token = attempts.token
@@ -156,6 +161,11 @@ def _unclaim_quietly(lock: LockLike, token: str) -> Generator[Step, Any, None]:
 def release(lock: LockLike) -> Generator[Step, Any, None]:
     """``release()``: compare-and-delete by this object's token; ``LockNotOwned`` if gone."""
     token = lock._owned_token("release")
+    if lock._hold is not None:
+        carrier = reentry.leave(lock)
+        if carrier is None:
+            return  # its owner is still inside: no round trip
+        lock, token = carrier, carrier.token  # the count is zero: the first entry releases
     lock._forget()
     try:
         released = yield Send(lock, "_do_release", (token,), shielded=True)

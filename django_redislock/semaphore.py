@@ -63,6 +63,7 @@ class Semaphore(SharedLock):
             purpose=purpose,
             on_lost=on_lost,
             max_hold=max_hold,
+            reentrant=False,  # one permit per object: a re-entry would share it
         )
 
     # -- queries ------------------------------------------------------------------------

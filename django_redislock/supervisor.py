@@ -123,6 +123,7 @@ def run_locked(options: RunOptions, say: Callable[[str], None], warn: Callable[[
         connection=options.connection,
         purpose=f"redislock run {' '.join(options.command)}"[:200],
         on_lost=lambda _lock: wake.set(),
+        reentrant=False,  # one run, one holder
     )
     with _Signals() as signals:
         waiting = options.on_busy == "wait"
