@@ -38,11 +38,13 @@ _LAZY = {
     "LockHolder": ".inspection",
     "Semaphore": ".semaphore",
     "ReadWriteLock": ".rwlock",
+    "MultiLock": ".multilock",
 }
 
 if TYPE_CHECKING:
     from .election import Election
     from .lock import Lock
+    from .multilock import MultiLock
     from .rwlock import ReadWriteLock
     from .semaphore import Semaphore
 
@@ -58,6 +60,7 @@ __all__ = [
     "LockNotAcquired",
     "LockNotOwned",
     "LockedCommand",
+    "MultiLock",
     "ReadWriteLock",
     "RedisLockError",
     "Redlock",

@@ -130,6 +130,28 @@ def test_read_write_locks_in_different_slots(on_cluster: Cluster) -> None:
         assert lock_info(name) is None
 
 
+def test_multilock_over_names_in_different_slots(on_cluster: Cluster) -> None:
+    from django_redislock import MultiLock
+
+    names = names_on_every_node(on_cluster, per_node=1)
+    assert len({on_cluster.owner_of(f"redislock:{{{n}}}").port for n in names}) == 3
+    with MultiLock(names, ttl=5) as multi:
+        assert set(multi.fences) == set(names) and all(multi.fences.values())
+        assert {info.name for info in held_locks(connection=ALIAS)} == set(names)
+        assert not MultiLock([names[0], "elsewhere"], ttl=5).acquire(blocking=False)
+        assert lock_info("elsewhere") is None  # none taken: all or none
+    assert all(lock_info(name) is None for name in names)
+
+
+def test_multilock_money_on_the_cluster(on_cluster: Cluster, tmp_path: Any) -> None:
+    from tests.test_multilock_processes import check_bank, run_bank
+
+    accounts = names_on_every_node(on_cluster, per_node=2)[:4]
+    db_path = str(tmp_path / "bank.sqlite")
+    moves = run_bank(on_cluster.url, db_path, accounts, cluster=True)
+    check_bank(db_path, moves)
+
+
 def test_scan_clients_are_the_primaries(on_cluster: Cluster) -> None:
     clients = scan_clients(ALIAS)
     ports = sorted(c.connection_pool.connection_kwargs["port"] for c in clients)
