@@ -21,6 +21,7 @@ import logging
 import os
 import random
 import select
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -393,6 +394,10 @@ class _AliasListener:
 
 
 def _fileno(sock: Any) -> int | None:
+    # Only a real socket's: fakeredis's FakeSocket numbers itself from a counter, which
+    # may be any real descriptor of this process (select() on it never sees a release).
+    if not isinstance(sock, socket.socket):
+        return None
     try:
         fileno = sock.fileno()
     except Exception:

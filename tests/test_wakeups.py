@@ -69,3 +69,49 @@ def test_scripts_publish_what_the_listener_decodes(lock_backend):
 def _server_ms(client) -> int:
     seconds, micros = client.time()
     return seconds * 1000 + micros // 1000
+
+
+def test_a_fake_socket_is_never_selected_on():
+    # fakeredis numbers its sockets from a counter: the number may be a real descriptor of
+    # this process, where select() never sees a release (waiters slept to their fallback).
+    import os
+    import socket
+
+    import fakeredis
+
+    from django_redislock.waiting import _fileno
+
+    pubsub = fakeredis.FakeRedis(server=fakeredis.FakeServer()).pubsub()
+    pubsub.subscribe("channel")
+    fake = pubsub.connection._sock
+    assert isinstance(fake.fileno(), int) and _fileno(fake) is None
+    real, other = socket.socketpair()
+    try:
+        assert _fileno(real) == real.fileno() and os.fstat(real.fileno())
+    finally:
+        real.close()
+        other.close()
+
+
+def test_waiting_threads_are_woken_on_fakeredis_too(settings, lock_backend):
+    # Threads queued on one name: each release wakes the next at once (a missed wake-up
+    # costs MAX_SUBSCRIBED_WAIT, 2 s: the longest wait shows it).
+    import threading
+    import time
+
+    from django_redislock.attempts import MAX_SUBSCRIBED_WAIT
+
+    waits: list[float] = []
+
+    def worker():
+        for _ in range(10):
+            asked = time.monotonic()
+            with Lock("wake-turns", ttl=10, timeout=30):
+                waits.append(time.monotonic() - asked)
+
+    threads = [threading.Thread(target=worker) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert len(waits) == 30 and max(waits) < MAX_SUBSCRIBED_WAIT / 2, max(waits)
