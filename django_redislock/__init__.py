@@ -39,10 +39,12 @@ _LAZY = {
     "Semaphore": ".semaphore",
     "ReadWriteLock": ".rwlock",
     "MultiLock": ".multilock",
+    "lock_for": ".instance",
 }
 
 if TYPE_CHECKING:
     from .election import Election
+    from .instance import lock_for
     from .lock import Lock
     from .multilock import MultiLock
     from .rwlock import ReadWriteLock
@@ -70,6 +72,7 @@ __all__ = [
     "force_release",
     "held_locks",
     "lock_command",
+    "lock_for",
     "lock_info",
     "lock_view",
     "locked",

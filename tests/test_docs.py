@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 import django_redislock
-from django_redislock import Lock, LockNotAcquired
+from django_redislock import Lock, LockNotAcquired, lock_info
 from tests.support.docs_examples import ROOT, examples, run_example, unnamed_blocks
 
 README = "README.md"
@@ -658,6 +658,30 @@ def test_kinds_semaphore(lock_backend: Any) -> None:
     assert lock_info("pdf-exports") is None
     call_provider = run_example("docs/kinds.md", "kinds-semaphore-decorator")["call_provider"]
     assert call_provider({"amount": 5}) == {"sent": {"amount": 5}}
+
+
+def test_kinds_rwlock_multilock_and_lock_for(lock_backend: Any) -> None:
+    from django.contrib.auth.models import Group
+
+    ns = run_example("docs/kinds.md", "kinds-rwlock")
+    assert ns["price_of"]("a1") == {"sku": "a1", "price": 12}
+    assert ns["rebuild_prices"]() == "rebuilt under fence 2"
+    assert lock_info("price-list") is None
+    moved = run_example("docs/kinds.md", "kinds-multilock")["transfer"](1, 2, 5)
+    assert moved == {"moved": 5, "fences": {"account:1": 1, "account:2": 1}}
+    refund = run_example("docs/kinds.md", "kinds-lock-for")["refund"]
+    assert refund(Group(pk=42)) == "refunded 42"
+    with Lock("auth.group:42:refund", ttl=10), pytest.raises(LockNotAcquired):
+        refund(Group(pk=42))
+
+
+def test_readme_kinds(lock_backend: Any) -> None:
+    from django.contrib.auth.models import Group
+
+    ns = run_example(README, "readme-kinds")
+    assert ns["price_of"]("x") == 12 and ns["transfer"](1, 2, 3) == 3
+    assert ns["refund"](Group(pk=5)) == 5
+    assert all(info is None for info in map(lock_info, ["price-list", "account:1"]))
 
 
 def test_readme_semaphore(lock_backend: Any) -> None:
