@@ -133,9 +133,11 @@ def main(argv: list[str] | None = None) -> int:
         _setup_database(user, password)
 
         # The Election page's candidates (a fresh election: forget the last run's), and
-        # the Semaphore page's workers (started from the page) of the last run forgotten.
+        # the Semaphore and Read-write lock pages' workers (started from the pages) of the last
+        # run forgotten.
         shutil.rmtree(var_dir / "election", ignore_errors=True)
         shutil.rmtree(var_dir / "semaphore", ignore_errors=True)
+        shutil.rmtree(var_dir / "rwlock", ignore_errors=True)
         for number in range(1, args.candidates + 1):
             label = f"candidate-{number}"
             command = [sys.executable, str(MANAGE), "election_candidate", "--label", label]

@@ -80,6 +80,10 @@ PAIR_HOLDER = textwrap.dedent(
     registry.register(pair_kind.KIND)
     if sys.argv[1] == "pair":
         locks = [pair_kind.PairLock("exports:pdf", ttl=300, purpose=f"export {i}") for i in (1, 2)]
+    elif sys.argv[1] == "read":
+        from django_redislock import ReadWriteLock
+        rw = ReadWriteLock("exports:pdf", ttl=300)
+        locks = [rw.read_lock(purpose=f"export {i}") for i in (1, 2)]
     else:
         from django_redislock import Semaphore
         locks = [Semaphore("exports:pdf", 3, ttl=300, purpose=f"export {i}") for i in (1, 2)]
@@ -184,12 +188,16 @@ def test_release_a_lock_held_by_another_process(
     assert lock_info("report:nightly-sales") is not None
 
 
-@pytest.mark.parametrize(("kind", "holders"), [("pair", "2 of 2"), ("semaphore", "2 of 3")])
+@pytest.mark.parametrize(
+    ("kind", "holders", "one_left"),
+    [("pair", "2 of 2", "1 of 2"), ("semaphore", "2 of 3", "1 of 3"), ("read", "2", "1")],
+)
 def test_each_holder_of_a_kind_shown_and_one_released(
-    live_server, django_user_model, browser, monkeypatch, kind, holders
+    live_server, django_user_model, browser, monkeypatch, kind, holders, one_left
 ):
-    """A semaphore's permits, and a kind defined only in the tests (docs/architecture.md's
-    walkthrough): the admin shows each holder and releases one, with no change to it."""
+    """A semaphore's permits, a read-write lock's readers, and a kind defined only in the
+    tests (docs/architecture.md's walkthrough): the admin shows each holder and releases
+    one, leaving the other, with no change to it."""
     from selenium.webdriver.common.by import By
 
     from django_redislock import registry
@@ -217,9 +225,8 @@ def test_each_holder_of_a_kind_shown_and_one_released(
         assert "“exports:pdf” was force-released" in messages
         info = lock_info("exports:pdf")
         assert info is not None and [h.token[:6] for h in info.holders] == [second]
-        one_left = holders.replace("2 of", "1 of")
         assert one_left in browser.find_element(By.ID, "result_list").text
-        if kind == "semaphore":
-            browser.save_screenshot(str(Path(tempfile.gettempdir()) / "admin-semaphore.png"))
+        if kind in ("semaphore", "read"):
+            browser.save_screenshot(str(Path(tempfile.gettempdir()) / f"admin-{kind}.png"))
     finally:
         holding.close()

@@ -204,6 +204,7 @@ def test_home_page_links_every_demo_and_shows_the_workers_locks(demo: Demo) -> N
         "/command/",
         "/contention/",
         "/semaphore/",
+        "/rwlock/",
         "/admin/django_redislock/heldlock/",
     ]:
         assert f'href="{link}"' in browser.get("/")
@@ -225,6 +226,7 @@ def test_every_page_renders(demo: Demo) -> None:
         ("/contention/", "Four processes, one lock"),
         ("/election/", "Three candidates, one leader"),
         ("/semaphore/", "Eight workers, three permits"),
+        ("/rwlock/", "Many readers, one rebuild"),
         ("/celery/", "One report task, enqueued five times, one run"),
         ("/admin/login/", "Log in"),
     ]:
@@ -531,6 +533,30 @@ def test_semaphore_page_eight_workers_three_permits_a_holder_killed(demo: Demo) 
     assert back["workers"] == 7
     page = browser.get("/semaphore/")
     assert "Permits in use" in page and "In line" in page
+
+
+def test_rwlock_page_readers_together_the_writer_alone_and_not_starved(demo: Demo) -> None:
+    browser = Browser(demo.url)
+    browser.get("/rwlock/")
+
+    def status() -> dict[str, Any]:
+        return json.loads(browser.get("/rwlock/status.json"))
+
+    browser.post("/rwlock/start/")
+    reading = _eventually(
+        lambda: (s := status())["workers"] == 6 and s["mode"] == "read"
+        and len(s["holders"]) >= 2 and s,
+        60, 0.1,
+    )  # fmt: skip
+    assert reading, "the five readers were never seen inside together"
+    writing = _eventually(lambda: (s := status())["mode"] == "write" and s, 30, 0.05)
+    assert writing and [h["label"] for h in writing["holders"]] == ["writer-6"]  # alone
+    rebuilt = _eventually(lambda: (s := status())["writer_waits"] and s, 30, 0.2)
+    assert rebuilt
+    # The readers never stop, yet the writer got in: well within a place's life (2.5 s).
+    assert max(rebuilt["writer_waits"]) < 2.5, rebuilt["writer_waits"]
+    page = browser.get("/rwlock/")
+    assert "Held for" in page and "The writer's rebuilds" in page
 
 
 def test_celery_page_five_enqueues_one_run(demo: Demo, chromium: Any) -> None:

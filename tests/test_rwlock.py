@@ -312,3 +312,28 @@ def test_forked_child_cannot_release_or_extend(real_backend: Any) -> None:
     assert in_a_forked_child(reader, also=lambda: not reader.owned()) == 0
     assert reader.owned() and reader.remaining() > 25
     reader.release()
+
+
+def test_the_command_lists_readers_and_releases_one(lock_backend: Any) -> None:
+    import json
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    def run(*args: str) -> str:
+        out = StringIO()
+        call_command("redislock", *args, stdout=out)
+        return out.getvalue()
+
+    rw = ReadWriteLock("prices", ttl=10)
+    first, second = rw.read_lock(purpose="one"), rw.read_lock(purpose="two")
+    assert first.acquire(blocking=False) and second.acquire(blocking=False)
+    [entry] = json.loads(run("list", "--json"))
+    assert (entry["kind"], entry["limit"], len(entry["holders"])) == ("read", None, 2)
+    assert "Holder 2:" in run("inspect", "prices")
+    run("release", "prices", "--yes", f"--token={second.token[:8]}")
+    assert [h.token for h in lock_info("prices").holders] == [first.token]
+    first.release()
+    with rw.write_lock(purpose="rebuild"):
+        [entry] = json.loads(run("list", "--json"))
+        assert (entry["kind"], entry["holders"][0]["purpose"]) == ("write", "rebuild")

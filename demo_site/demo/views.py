@@ -26,6 +26,8 @@ from django_redislock import LockInfo, lock_info, lock_view
 from django_redislock.inspection import scan_page
 
 from .management.commands.election_candidate import ELECTION, election_dir
+from .management.commands.rwlock_worker import PRICE_LIST, rwlock_dir
+from .management.commands.rwlock_worker import TTL as RWLOCK_TTL
 from .management.commands.semaphore_worker import LIMIT as SEMAPHORE_LIMIT
 from .management.commands.semaphore_worker import SEMAPHORE, semaphore_dir
 from .management.commands.semaphore_worker import TTL as SEMAPHORE_TTL
@@ -300,9 +302,10 @@ def election_join(request: HttpRequest) -> HttpResponse:
 SEMAPHORE_WORKERS = 8
 
 
-def _workers() -> list[dict[str, Any]]:
+def _workers(directory: Path) -> list[dict[str, Any]]:
+    """The workers a page started (demo.page_workers): label, pid, alive, state, since."""
     found = []
-    for pid_file in sorted(semaphore_dir().glob("*.pid"), key=lambda p: int(p.stem.split("-")[1])):
+    for pid_file in sorted(directory.glob("*.pid"), key=lambda p: int(p.stem.split("-")[1])):
         pid = int(pid_file.read_text() or 0)
         state_file = pid_file.with_suffix(".state")
         stamp, _, state = (state_file.read_text() if state_file.exists() else "0 ").partition(" ")
@@ -325,7 +328,7 @@ def _semaphore_status() -> dict[str, Any]:
     ]  # fmt: skip
     holding = {p["label"] for p in permits}
     now = time.time()
-    workers = _workers()
+    workers = _workers(semaphore_dir())
     line = sorted(
         (
             w
@@ -358,7 +361,7 @@ def semaphore_status(request: HttpRequest) -> JsonResponse:
 @require_POST
 def semaphore_start(request: HttpRequest) -> HttpResponse:
     """Start the eight workers (those already running are kept; the dead are replaced)."""
-    alive = {w["label"] for w in _workers() if w["alive"]}
+    alive = {w["label"] for w in _workers(semaphore_dir()) if w["alive"]}
     for number in range(1, SEMAPHORE_WORKERS + 1):
         label = f"worker-{number}"
         if label in alive:
@@ -384,6 +387,76 @@ def semaphore_kill(request: HttpRequest) -> HttpResponse:
                 os.kill(holder.pid, signal.SIGKILL)
             break
     return redirect("/semaphore/")
+
+
+# -- Read-write lock: five readers in a stream, one writer ------------------------------
+
+RWLOCK_WORKERS = {"reader-1": "read", "reader-2": "read", "reader-3": "read",
+                  "reader-4": "read", "reader-5": "read", "writer-6": "write"}  # fmt: skip
+
+
+def _rwlock_status() -> dict[str, Any]:
+    """What the read-write lock page shows: rendered once, then fetched every second."""
+    info = lock_info(PRICE_LIST)
+    holders = [
+        {"label": h.purpose, "pid": h.pid, "fence": h.fence,
+         "ttl": round(h.ttl, 1) if h.ttl is not None else None}
+        for h in (info.holders if info is not None else ())
+    ]  # fmt: skip
+    now = time.time()
+    workers = _workers(rwlock_dir())
+    holding = {h["label"] for h in holders}
+    waiting = sorted(
+        (
+            w
+            for w in workers
+            if w["alive"] and w["state"] == "waiting" and w["label"] not in holding
+        ),
+        key=lambda w: w["since"],
+    )
+    events = _recent_events(rwlock_dir() / "events.log")
+    waits = [float(e["text"].rsplit(" ", 2)[1]) for e in events if "after waiting" in e["text"]]
+    return {
+        "mode": info.kind if info is not None else "free",
+        "holders": holders,
+        "waiting": [
+            {
+                "label": w["label"],
+                "role": RWLOCK_WORKERS.get(w["label"], "?"),
+                "waiting": round(now - w["since"], 1),
+            }
+            for w in waiting
+        ],
+        "workers": len([w for w in workers if w["alive"]]),
+        "writer_waits": waits,
+        "events": events,
+    }
+
+
+def rwlock_page(request: HttpRequest) -> HttpResponse:
+    context = {**_rwlock_status(), "name": PRICE_LIST, "ttl": RWLOCK_TTL}
+    return render(request, "demo/rwlock.html", context)
+
+
+def rwlock_status(request: HttpRequest) -> JsonResponse:
+    return JsonResponse(_rwlock_status())
+
+
+@require_POST
+def rwlock_start(request: HttpRequest) -> HttpResponse:
+    """Start the five readers and the writer (those already running are kept)."""
+    alive = {w["label"] for w in _workers(rwlock_dir()) if w["alive"]}
+    for label, role in RWLOCK_WORKERS.items():
+        if label in alive:
+            continue
+        for stale in (".pid", ".state"):
+            (rwlock_dir() / f"{label}{stale}").unlink(missing_ok=True)
+        subprocess.Popen(
+            manage_command("rwlock_worker", "--label", label, "--role", role),
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    return redirect("/rwlock/")
 
 
 # -- Celery: the same report task enqueued five times, one run ---------------------------
