@@ -376,6 +376,43 @@ class SemaphoreLock:
         self._lock.release()
 
 
+class ReadWriteSide:
+    """One side (``read_lock()`` or ``write_lock()``) of ``django_redislock.ReadWriteLock``."""
+
+    def __init__(self, target: Target, name: str, ttl: float, side: str) -> None:
+        setup_django(target.django_settings)
+        import django_redislock
+
+        rw = django_redislock.ReadWriteLock(name, ttl=ttl)
+        self._lock = rw.read_lock() if side == "read" else rw.write_lock()
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        return bool(self._lock.acquire(blocking=blocking, timeout=timeout))
+
+    def release(self) -> None:
+        self._lock.release()
+
+
+class ReentryLock:
+    """A re-entry of a reentrant ``Lock`` its thread already holds: counted, no round trip."""
+
+    def __init__(self, target: Target, name: str, ttl: float) -> None:
+        setup_django(target.django_settings)
+        import django_redislock
+
+        # The first entry, held while the row runs (a round's re-entries join it).
+        self._outer = django_redislock.Lock(name, ttl=ttl, reentrant=True)
+        if not self._outer.acquire(blocking=False):
+            raise RuntimeError(f"{name}: the first entry could not be taken")
+        self._lock = django_redislock.Lock(name, ttl=ttl, reentrant=True)
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        return bool(self._lock.acquire(blocking=blocking, timeout=timeout))
+
+    def release(self) -> None:
+        self._lock.release()
+
+
 class SignalledOursLock(OursLock):
     """Ours with a no-op receiver connected to lock_acquired and lock_released.
 
@@ -432,6 +469,9 @@ class Peer:
     label: str
     build: Callable[[Target, str, float], SyncLock]
     skip: Callable[[], str | None] = lambda: None
+    #: Its holders exclude each other (not a read lock or a re-entry): it has contended
+    #: (scenario 2) and memory (scenario 6) rows, not only scenario 1's.
+    exclusive: bool = True
 
 
 def _optional(module: str) -> Callable[[], str | None]:
@@ -485,6 +525,26 @@ SYNC_PEERS: dict[str, Peer] = {
             "django-redislock Semaphore, limit 1",
             lambda t, n, ttl: SemaphoreLock(t, n, ttl),
             ours_skip_reason,
+        ),
+        Peer(
+            "ours-read",
+            "django-redislock ReadWriteLock, read_lock()",
+            lambda t, n, ttl: ReadWriteSide(t, n, ttl, "read"),
+            ours_skip_reason,
+            exclusive=False,
+        ),
+        Peer(
+            "ours-write",
+            "django-redislock ReadWriteLock, write_lock()",
+            lambda t, n, ttl: ReadWriteSide(t, n, ttl, "write"),
+            ours_skip_reason,
+        ),
+        Peer(
+            "ours-reentry",
+            "django-redislock Lock(reentrant=True), a re-entry (no round trip)",
+            lambda t, n, ttl: ReentryLock(t, n, ttl),
+            ours_skip_reason,
+            exclusive=False,
         ),
     ]
 }

@@ -21,13 +21,12 @@ from collections.abc import Callable, Generator, Iterable
 from types import TracebackType
 from typing import Any
 
-from . import drivers
+from . import drivers, protocol
 from .clock import now as clock
 from .exceptions import LockLost, LockNotAcquired, LockNotOwned, RedisLockError
 from .keys import validate_name
 from .lock import Lock
 from .steps import Send, Step
-from .transactions import defer_release_to_commit
 
 release_logger = logging.getLogger("django_redislock.release")
 
@@ -100,6 +99,8 @@ class MultiLock:
         first = self.parts[0]
         self.ttl, self.timeout, self.blocking = first.ttl, first.timeout, first.blocking
         self.watchdog, self.connection, self.purpose = first.watchdog, first.connection, purpose
+        #: The names together, in messages ("Lock 'account:1 + account:2' was lost").
+        self.name = " + ".join(self.names)
         self._held = False
         self._owner_pid: int | None = None
         #: The part that refused the last acquire (its name is in ``LockNotAcquired``).
@@ -115,6 +116,11 @@ class MultiLock:
     def tokens(self) -> dict[str, str | None]:
         """Name -> token of its part (``None`` when not held)."""
         return {part.name: part.token for part in self.parts}
+
+    @property
+    def token(self) -> str | None:
+        """The first part's token while held, else ``None`` (every part's: ``tokens``)."""
+        return self.parts[0].token if self._held else None
 
     @property
     def lost(self) -> bool:
@@ -176,7 +182,7 @@ class MultiLock:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        drivers.run(_exit(self, exc_type, defer_to_commit=True))
+        drivers.run(protocol.exit_with(self, exc_type, defer_to_commit=True, releasing=_release))
 
     # -- async API ------------------------------------------------------------------------
     async def aacquire(self, blocking: bool | None = None, timeout: float | None = None) -> bool:
@@ -210,7 +216,9 @@ class MultiLock:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await drivers.arun(_exit(self, exc_type, defer_to_commit=False))
+        await drivers.arun(
+            protocol.exit_with(self, exc_type, defer_to_commit=False, releasing=_release)
+        )
 
     # -- internals ------------------------------------------------------------------------
     def _may_own(self) -> bool:
@@ -227,14 +235,12 @@ class MultiLock:
             release_logger.exception("Releasing %r after the transaction failed", self.names)
 
     def _busy_error(self) -> LockNotAcquired:
-        busy = self.busy_part
-        wait = self.parts[0]._default_wait()
-        waited = "" if wait is None else f" within {wait:g}s"
-        which = "" if busy is None else f": {busy.name!r} is held by someone else"
+        busy = self.busy_part or self.parts[0]
+        refused = busy._busy_error()  # the busy name, its holder's TTL left
         return LockNotAcquired(
-            f"Could not acquire MultiLock {list(self.names)!r}{waited}{which}.",
-            lock_name=busy.name if busy is not None else self.names[0],
-            remaining=None if busy is None else busy.last_holder_ttl,
+            f"MultiLock {list(self.names)!r}: {refused}",
+            lock_name=busy.name,
+            remaining=refused.remaining,
         )
 
     def __repr__(self) -> str:
@@ -333,34 +339,6 @@ def _each(
             "or another holder took it.",
             lock_name=missing[0],
         )
-
-
-def _exit(
-    multi: MultiLock, exc_type: type[BaseException] | None, *, defer_to_commit: bool
-) -> Generator[Step, Any, None]:
-    """The end of ``with``: release (after the open transaction); ``LockLost`` if a part
-    was lost, unless an error is already propagating (then it is logged)."""
-    lost = multi.lost
-    if defer_to_commit and not lost and defer_release_to_commit(multi._release_after_transaction):
-        return
-    try:
-        if multi._held:
-            yield from _release(multi)
-    except LockNotOwned:
-        lost = True
-    except RedisLockError:
-        if exc_type is None:
-            raise
-        release_logger.exception("Releasing %r failed while an error propagated", multi.names)
-    if not lost:
-        return
-    if exc_type is None:
-        raise LockLost(
-            f"MultiLock {list(multi.names)!r} was lost while held (a part expired or was "
-            "taken over).",
-            lock_name=multi.names[0],
-        )
-    release_logger.error("MultiLock %r was lost while held", multi.names)
 
 
 __all__ = ["MAX_NAMES", "MultiLock"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any, Protocol
 
 from redis.exceptions import RedisError
@@ -210,11 +210,19 @@ def adopt(lock: LockLike, token: str, *, in_loop: bool) -> Generator[Step, Any, 
 
 
 def exit_with(
-    lock: LockLike, exc_type: type[BaseException] | None, *, defer_to_commit: bool
+    lock: Any,
+    exc_type: type[BaseException] | None,
+    *,
+    defer_to_commit: bool,
+    releasing: Callable[[Any], Generator[Step, Any, None]] | None = None,
 ) -> Generator[Step, Any, None]:
     """The end of ``with`` / ``async with``: release (after the open database transaction,
     with ``defer_to_commit``); ``LockLost`` if the lock was lost while held, unless an
-    error is already propagating (then it is logged, as is a failed release)."""
+    error is already propagating (then it is logged, as is a failed release).
+
+    ``lock``: a ``LockLike``, or anything with its ``name``, ``token``, ``lost`` and
+    ``_release_after_transaction`` whose ``releasing(lock)`` steps release it (MultiLock)."""
+    releasing = release if releasing is None else releasing
     lost = lock.lost
     if (
         defer_to_commit
@@ -225,7 +233,7 @@ def exit_with(
         return  # released when the open transaction commits or rolls back
     try:
         if lock.token is not None:
-            yield from release(lock)
+            yield from releasing(lock)
     except LockNotOwned:
         lost = True
     except RedisLockError:

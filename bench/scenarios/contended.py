@@ -168,8 +168,8 @@ def run(ctx: Context) -> Section:
     duration = ctx.sizes(1.0, 2.0)
     peers = []
     for peer in SYNC_PEERS.values():
-        if peer.key == "ours-signals":
-            continue  # a scenario 1 row: the cost of connected signal receivers
+        if peer.key == "ours-signals" or not peer.exclusive:
+            continue  # scenario 1 rows: connected signal receivers; readers; re-entries
         reason = peer.skip()
         if reason:
             section.notes.append(f"{peer.label}: skipped, {reason}")

@@ -75,8 +75,8 @@ def run(ctx: Context) -> Section:
             ["bare SET NX PX key, 16-byte value", fmt(bare_held), "1.00x", fmt(bare_left)]
         )
         for peer in SYNC_PEERS.values():
-            if peer.key in ("redis-py-0.001", "ours-signals"):
-                continue  # same keys as another row
+            if peer.key in ("redis-py-0.001", "ours-signals") or not peer.exclusive:
+                continue  # same keys as another row (a reader's are a writer's)
             reason = peer.skip()
             if reason:
                 table.rows.append([peer.label, "skipped", "", reason])

@@ -139,10 +139,20 @@ def run(ctx: Context) -> Section:
         with warm_cpus(warm):
             result = measure(ctx, mode)
         section.tables.append(_table(result))
-        kind = _kind_ratio(result, "ours-semaphore", "ours")
-        if kind:
+        kinds = [
+            (f"Semaphore (limit 1) {_kind_ratio(result, 'ours-semaphore', 'ours')}"),
+            (f"ReadWriteLock read {_kind_ratio(result, 'ours-read', 'ours')}"),
+            (f"ReadWriteLock write {_kind_ratio(result, 'ours-write', 'ours')}"),
+        ]
+        if _kind_ratio(result, "ours-read", "ours"):
             section.notes.append(
-                f"{mode}: Semaphore (limit 1) against Lock: {kind} (target <= 1.5x)"
+                f"{mode}: against Lock's cycle: {', '.join(kinds)} (target <= 1.5x each)"
+            )
+        reentry = _kind_ratio(result, "ours-reentry", "raw")
+        if reentry:
+            section.notes.append(
+                f"{mode}: a re-entry of a held reentrant Lock (acquire + release, no round "
+                f"trip): {reentry} of raw's cycle"
             )
     section.notes.append("Skipped or failed peers show the reason in the ratio column.")
     return section

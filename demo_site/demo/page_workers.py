@@ -29,7 +29,10 @@ def log_event(directory: Path, label: str, text: str) -> None:
 
 
 def set_state(directory: Path, label: str, state: str) -> None:
-    (directory / f"{label}.state").write_text(f"{time.time():.3f} {state}")
+    # Replaced in one step: the page reading it never sees it empty or half-written.
+    fresh = directory / f"{label}.state.new"
+    fresh.write_text(f"{time.time():.3f} {state}")
+    os.replace(fresh, directory / f"{label}.state")
 
 
 def start(directory: Path, label: str, minutes: float) -> None:

@@ -233,6 +233,8 @@ def _recent_events(events_file: Path) -> list[dict[str, str]]:
     lines = events_file.read_text().splitlines()[-12:] if events_file.exists() else []
     events = []
     for line in reversed(lines):
+        if line.count(" ") < 2:
+            continue  # being appended to right now
         stamp, label, text = line.split(" ", 2)
         at = dt.datetime.fromtimestamp(float(stamp)).strftime("%H:%M:%S")
         events.append({"at": at, "who": label, "text": text})

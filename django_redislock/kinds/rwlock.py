@@ -23,12 +23,12 @@ from ..scripts import (
     RWLOCK_RELEASE,
     SEMAPHORE_EXTEND,
     SEMAPHORE_READ,
-    SEMAPHORE_UNCLAIM,
 )
 from .holders import Holders, HolderState, holder_state
 from .mutex import parse_acquire
 from .operation import Operation, is_one, raw, text
-from .semaphore import DEFAULT_PLACE_MS, by_grant
+from .queued import Queued
+from .semaphore import by_grant
 
 #: The mode letter each kind writes in its holders' metadata.
 _MODES = {"read": "r", "write": "w"}
@@ -47,58 +47,18 @@ def parse_holders(reply: Any) -> Holders:
     return Holders(by_grant(states), kind="write" if writing else "read")
 
 
-class ReadWrite:
-    """The operations of one side (``mode``) of one read-write lock."""
+class ReadWrite(Queued):
+    """The operations of one side (``kind``: read or write) of one read-write lock."""
 
-    __slots__ = (
-        "fencing",
-        "holders",
-        "keys",
-        "leases",
-        "place_ms",
-        "places",
-        "purpose",
-        "queue",
-        "ttl_ms",
-        "watchdog",
-    )
+    __slots__ = ("holders", "leases")
 
     #: ``"read"`` or ``"write"``: set by the two subclasses.
     kind = ""
 
-    def __init__(
-        self,
-        keys: LockKeys,
-        *,
-        ttl_ms: int = 0,
-        fencing: bool = True,
-        purpose: str | None = None,
-        watchdog: bool = False,
-        place_ms: int | None = None,
-    ) -> None:
-        self.keys = keys
-        self.ttl_ms = ttl_ms
-        self.fencing = fencing
-        self.purpose = purpose
-        self.watchdog = watchdog
-        self.place_ms = DEFAULT_PLACE_MS if place_ms is None else place_ms
+    def __init__(self, keys: LockKeys, **options: Any) -> None:
+        super().__init__(keys, **options)
         self.holders = keys.key
         self.leases = f"{keys.key}:leases"
-        self.queue = f"{keys.key}:queue"
-        self.places = f"{keys.key}:places"
-
-    @classmethod
-    def of(cls, lock: Any, *, claim_ms: int | None) -> ReadWrite:
-        """The operations of ``lock`` (a read or write lock: its keys and options);
-        ``claim_ms``: how long a waiting writer's place lives without renewal."""
-        return cls(
-            lock.keys,
-            ttl_ms=lock._ttl_ms,
-            fencing=lock.fencing,
-            purpose=lock.purpose,
-            watchdog=lock.watchdog,
-            place_ms=claim_ms,
-        )
 
     def _held(self) -> tuple[str, str, str]:
         return (self.holders, self.leases, self.keys.meta)
@@ -129,11 +89,6 @@ class ReadWrite:
         ttl = self.ttl_ms if ttl_ms is None else ttl_ms
         keys = (self.leases, self.keys.meta, self.holders)
         return Operation(SEMAPHORE_EXTEND, keys, (token, ttl), is_one, durable=True, ttl_ms=ttl)
-
-    def unclaim(self, token: str) -> Operation:
-        """A waiting writer leaves the line (the readers behind it are woken)."""
-        keys = (self.queue, self.places)
-        return Operation(SEMAPHORE_UNCLAIM, keys, (token, self.keys.channel), raw)
 
     def read_holders(self) -> Operation:
         """Every live holder, and whether they read or write: :class:`Holders`."""

@@ -20,14 +20,11 @@ from ..scripts import (
     SEMAPHORE_FORCE_RELEASE,
     SEMAPHORE_READ,
     SEMAPHORE_RELEASE,
-    SEMAPHORE_UNCLAIM,
 )
 from .holders import Holders, HolderState, holder_state
 from .mutex import parse_acquire
 from .operation import Operation, is_one, raw, text
-
-#: How long a waiter's place in line lives without renewal when the lock does not say.
-DEFAULT_PLACE_MS = 2_500
+from .queued import DEFAULT_PLACE_MS, Queued
 
 
 def parse_holders(reply: Any) -> Holders:
@@ -55,57 +52,20 @@ def _acquired(state: HolderState) -> str:
     return parse_holder(state.description).get("acquired_at", "") if state.description else ""
 
 
-class Semaphore:
+class Semaphore(Queued):
     """The operations of one semaphore (one name, one limit, one set of options)."""
 
-    __slots__ = (
-        "fencing",
-        "keys",
-        "limit",
-        "place_ms",
-        "places",
-        "purpose",
-        "queue",
-        "ttl_ms",
-        "watchdog",
-    )
+    __slots__ = ("limit",)
 
     kind = "semaphore"
 
-    def __init__(
-        self,
-        keys: LockKeys,
-        *,
-        limit: int = 1,
-        ttl_ms: int = 0,
-        fencing: bool = True,
-        purpose: str | None = None,
-        watchdog: bool = False,
-        place_ms: int | None = None,
-    ) -> None:
-        self.keys = keys
+    def __init__(self, keys: LockKeys, *, limit: int = 1, **options: Any) -> None:
+        super().__init__(keys, **options)
         self.limit = limit
-        self.ttl_ms = ttl_ms
-        self.fencing = fencing
-        self.purpose = purpose
-        self.watchdog = watchdog
-        self.place_ms = DEFAULT_PLACE_MS if place_ms is None else place_ms
-        self.queue = f"{keys.key}:queue"
-        self.places = f"{keys.key}:places"
 
     @classmethod
-    def of(cls, lock: Any, *, claim_ms: int | None) -> Semaphore:
-        """The operations of ``lock`` (a ``Semaphore`` lock: its keys, limit and options);
-        ``claim_ms``: how long a waiter's place in line lives without renewal."""
-        return cls(
-            lock.keys,
-            limit=lock.limit,
-            ttl_ms=lock._ttl_ms,
-            fencing=lock.fencing,
-            purpose=lock.purpose,
-            watchdog=lock.watchdog,
-            place_ms=claim_ms,
-        )
+    def options_of(cls, lock: Any) -> dict[str, Any]:
+        return {"limit": lock.limit}
 
     def _permits(self) -> tuple[str, str]:
         return (self.keys.key, self.keys.meta)
@@ -137,11 +97,6 @@ class Semaphore:
         return Operation(
             SEMAPHORE_EXTEND, self._permits(), (token, ttl), is_one, durable=True, ttl_ms=ttl
         )
-
-    def unclaim(self, token: str) -> Operation:
-        """A waiter leaves the line (the next one is woken to look again)."""
-        keys = (self.queue, self.places)
-        return Operation(SEMAPHORE_UNCLAIM, keys, (token, self.keys.channel), raw)
 
     def read_holders(self) -> Operation:
         """Every live permit's holder, and the limit: :class:`Holders`."""

@@ -1,0 +1,66 @@
+"""What the kinds with a lease per holder and a line of waiters share (the semaphore, the
+read-write lock): their options, and the waiters' line ``P:{N}:queue`` (token -> when it
+first tried) with ``P:{N}:places`` (token -> when its place lapses unless renewed)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..keys import LockKeys
+from ..scripts import SEMAPHORE_UNCLAIM
+from .operation import Operation, raw
+
+#: How long a waiter's place in line lives without renewal when the lock does not say.
+DEFAULT_PLACE_MS = 2_500
+
+
+class Queued:
+    """The options and the waiters' line of one lock of a leased, queued kind."""
+
+    __slots__ = ("fencing", "keys", "place_ms", "places", "purpose", "queue", "ttl_ms", "watchdog")
+
+    def __init__(
+        self,
+        keys: LockKeys,
+        *,
+        ttl_ms: int = 0,
+        fencing: bool = True,
+        purpose: str | None = None,
+        watchdog: bool = False,
+        place_ms: int | None = None,
+    ) -> None:
+        self.keys = keys
+        self.ttl_ms = ttl_ms
+        self.fencing = fencing
+        self.purpose = purpose
+        self.watchdog = watchdog
+        self.place_ms = DEFAULT_PLACE_MS if place_ms is None else place_ms
+        self.queue = f"{keys.key}:queue"
+        self.places = f"{keys.key}:places"
+
+    @classmethod
+    def of(cls, lock: Any, *, claim_ms: int | None) -> Any:
+        """The operations of ``lock`` (its keys and options, and :meth:`options_of`'s);
+        ``claim_ms``: how long a waiter's place in line lives without renewal."""
+        return cls(
+            lock.keys,
+            ttl_ms=lock._ttl_ms,
+            fencing=lock.fencing,
+            purpose=lock.purpose,
+            watchdog=lock.watchdog,
+            place_ms=claim_ms,
+            **cls.options_of(lock),
+        )
+
+    @classmethod
+    def options_of(cls, lock: Any) -> dict[str, Any]:
+        """The kind's own options, read from ``lock`` (a semaphore: its limit)."""
+        return {}
+
+    def unclaim(self, token: str) -> Operation:
+        """A waiter leaves the line (those behind it are woken to look again)."""
+        keys = (self.queue, self.places)
+        return Operation(SEMAPHORE_UNCLAIM, keys, (token, self.keys.channel), raw)
+
+
+__all__ = ["DEFAULT_PLACE_MS", "Queued"]
