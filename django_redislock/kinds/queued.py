@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..holder import holder_description
 from ..keys import LockKeys
-from ..scripts import SEMAPHORE_UNCLAIM
-from .operation import Operation, raw
+from ..scripts import SEMAPHORE_EXTEND, SEMAPHORE_UNCLAIM, Script
+from .mutex import parse_acquire
+from .operation import Operation, is_one, raw
 
 #: How long a waiter's place in line lives without renewal when the lock does not say.
 DEFAULT_PLACE_MS = 2_500
@@ -56,6 +58,36 @@ class Queued:
     def options_of(cls, lock: Any) -> dict[str, Any]:
         """The kind's own options, read from ``lock`` (a semaphore: its limit)."""
         return {}
+
+    def _held(self) -> tuple[str, ...]:
+        """The keys of the holders (the acquire and release scripts' first keys)."""
+        raise NotImplementedError
+
+    def _leased(self) -> tuple[str, ...]:
+        """The leases (token -> expiry), then the keys that expire with the last lease."""
+        raise NotImplementedError
+
+    def _acquire(self, script: Script, token: str, waited_ms: int, rule: Any) -> Operation:
+        """The kind's acquire ``script`` on its holders' keys, the fence counter and the
+        line; ``rule``: its last argument (a semaphore's limit, a read-write side's mode)."""
+        keys = (*self._held(), self.keys.fence, self.queue, self.places)
+        args = (
+            token,
+            self.ttl_ms,
+            "1" if self.fencing else "0",
+            holder_description(self.purpose, self.watchdog, self.ttl_ms),
+            waited_ms,
+            self.place_ms,
+            rule,
+        )
+        return Operation(script, keys, args, parse_acquire, durable=True, ttl_ms=self.ttl_ms)
+
+    def extend(self, token: str, ttl_ms: int | None = None) -> Operation:
+        """Renew ``token``'s lease: True if it still held one."""
+        ttl = self.ttl_ms if ttl_ms is None else ttl_ms
+        return Operation(
+            SEMAPHORE_EXTEND, self._leased(), (token, ttl), is_one, durable=True, ttl_ms=ttl
+        )
 
     def unclaim(self, token: str) -> Operation:
         """A waiter leaves the line (those behind it are woken to look again)."""

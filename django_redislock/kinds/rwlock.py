@@ -15,17 +15,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..holder import holder_description
 from ..keys import LockKeys
 from ..scripts import (
     RWLOCK_ACQUIRE,
     RWLOCK_FORCE_RELEASE,
     RWLOCK_RELEASE,
-    SEMAPHORE_EXTEND,
     SEMAPHORE_READ,
 )
 from .holders import Holders, HolderState, holder_state
-from .mutex import parse_acquire
 from .operation import Operation, is_one, raw, text
 from .queued import Queued
 from .semaphore import by_grant
@@ -60,35 +57,20 @@ class ReadWrite(Queued):
         self.holders = keys.key
         self.leases = f"{keys.key}:leases"
 
-    def _held(self) -> tuple[str, str, str]:
+    def _held(self) -> tuple[str, ...]:
         return (self.holders, self.leases, self.keys.meta)
+
+    def _leased(self) -> tuple[str, ...]:
+        return (self.leases, self.keys.meta, self.holders)
 
     def acquire(self, token: str, waited_ms: int = 0) -> Operation:
         """Read beside other readers, or write alone, if no writer waits ahead:
         ``Granted(fence)`` or ``Busy(wait_ms, server_ms)``."""
-        keys = (*self._held(), self.keys.fence, self.queue, self.places)
-        args = (
-            token,
-            self.ttl_ms,
-            "1" if self.fencing else "0",
-            holder_description(self.purpose, self.watchdog, self.ttl_ms),
-            waited_ms,
-            self.place_ms,
-            _MODES[self.kind],
-        )
-        return Operation(
-            RWLOCK_ACQUIRE, keys, args, parse_acquire, durable=True, ttl_ms=self.ttl_ms
-        )
+        return self._acquire(RWLOCK_ACQUIRE, token, waited_ms, _MODES[self.kind])
 
     def release(self, token: str) -> Operation:
         """Give up ``token``'s hold (the last holder out wakes the waiters): True if held."""
         return Operation(RWLOCK_RELEASE, self._held(), (token, self.keys.channel), is_one)
-
-    def extend(self, token: str, ttl_ms: int | None = None) -> Operation:
-        """Renew ``token``'s lease: True if it still held the lock."""
-        ttl = self.ttl_ms if ttl_ms is None else ttl_ms
-        keys = (self.leases, self.keys.meta, self.holders)
-        return Operation(SEMAPHORE_EXTEND, keys, (token, ttl), is_one, durable=True, ttl_ms=ttl)
 
     def read_holders(self) -> Operation:
         """Every live holder, and whether they read or write: :class:`Holders`."""

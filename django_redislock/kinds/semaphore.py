@@ -12,17 +12,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..holder import holder_description, parse_holder
+from ..holder import parse_holder
 from ..keys import LockKeys
 from ..scripts import (
     SEMAPHORE_ACQUIRE,
-    SEMAPHORE_EXTEND,
     SEMAPHORE_FORCE_RELEASE,
     SEMAPHORE_READ,
     SEMAPHORE_RELEASE,
 )
 from .holders import Holders, HolderState, holder_state
-from .mutex import parse_acquire
 from .operation import Operation, is_one, raw, text
 from .queued import DEFAULT_PLACE_MS, Queued
 
@@ -67,45 +65,28 @@ class Semaphore(Queued):
     def options_of(cls, lock: Any) -> dict[str, Any]:
         return {"limit": lock.limit}
 
-    def _permits(self) -> tuple[str, str]:
+    def _held(self) -> tuple[str, ...]:
         return (self.keys.key, self.keys.meta)
+
+    _leased = _held  # the permits are the leases
 
     def acquire(self, token: str, waited_ms: int = 0) -> Operation:
         """Take a permit for ``token`` if fewer than ``limit`` are held and no longer
         waiter is in line: ``Granted(fence)`` or ``Busy(wait_ms, server_ms)``."""
-        keys = (*self._permits(), self.keys.fence, self.queue, self.places)
-        args = (
-            token,
-            self.ttl_ms,
-            "1" if self.fencing else "0",
-            holder_description(self.purpose, self.watchdog, self.ttl_ms),
-            waited_ms,
-            self.place_ms,
-            self.limit,
-        )
-        return Operation(
-            SEMAPHORE_ACQUIRE, keys, args, parse_acquire, durable=True, ttl_ms=self.ttl_ms
-        )
+        return self._acquire(SEMAPHORE_ACQUIRE, token, waited_ms, self.limit)
 
     def release(self, token: str) -> Operation:
         """Give back ``token``'s permit and wake the waiters: True if it held one."""
-        return Operation(SEMAPHORE_RELEASE, self._permits(), (token, self.keys.channel), is_one)
-
-    def extend(self, token: str, ttl_ms: int | None = None) -> Operation:
-        """Renew ``token``'s lease: True if it still held a live permit."""
-        ttl = self.ttl_ms if ttl_ms is None else ttl_ms
-        return Operation(
-            SEMAPHORE_EXTEND, self._permits(), (token, ttl), is_one, durable=True, ttl_ms=ttl
-        )
+        return Operation(SEMAPHORE_RELEASE, self._held(), (token, self.keys.channel), is_one)
 
     def read_holders(self) -> Operation:
         """Every live permit's holder, and the limit: :class:`Holders`."""
-        return Operation(SEMAPHORE_READ, self._permits(), (), parse_holders)
+        return Operation(SEMAPHORE_READ, self._held(), (), parse_holders)
 
     def force_release(self, token: str | None = None) -> Operation:
         """Remove every permit (or ``token``'s), waking the waiters: 1, or 0 if none."""
         args = (self.keys.channel, token or "")
-        return Operation(SEMAPHORE_FORCE_RELEASE, self._permits(), args, raw)
+        return Operation(SEMAPHORE_FORCE_RELEASE, self._held(), args, raw)
 
 
 __all__ = ["DEFAULT_PLACE_MS", "Semaphore", "by_grant", "parse_holders"]
