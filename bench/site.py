@@ -1,11 +1,12 @@
 """The Django site of scenario 7, served by gunicorn: settings and URLs in one module.
 
-``DJANGO_SETTINGS_MODULE=bench.site``, ``BENCH_REDIS_URL`` names the server. Three views do
+``DJANGO_SETTINGS_MODULE=bench.site``, ``BENCH_REDIS_URL`` names the server. Four views do
 the same 2 ms read-modify-write of a Redis counter under a different lock:
 
 - ``/cache-lock/``: django-redis's ``cache.lock()`` (redis-py's Lock, 0.1 s sleep-poll);
 - ``/cache-lock-switched/``: the same code on a cache with ``RedisLockClient``;
-- ``/lock-view/``: ``lock_view``.
+- ``/lock-view/``: ``lock_view``;
+- ``/no-lock/``: no lock at all (the baseline that loses updates).
 
 Each adds the time it held the lock to ``<counter>:busy_us``: the share of the serial limit
 is that time over the wall time of the run.
@@ -69,8 +70,13 @@ def locked_view(request: HttpRequest) -> HttpResponse:
     return _section("bench-s7:lock-view")
 
 
+def no_lock(request: HttpRequest) -> HttpResponse:
+    return _section("bench-s7:no-lock")
+
+
 urlpatterns = [
     path("cache-lock/", cache_lock),
     path("cache-lock-switched/", cache_lock_switched),
     path("lock-view/", locked_view),
+    path("no-lock/", no_lock),
 ]

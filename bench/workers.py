@@ -9,8 +9,10 @@ its longest wait and its own CPU time.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import multiprocessing
 import resource
+import threading
 import time
 import traceback
 from array import array
@@ -66,6 +68,46 @@ def _loop(lock: SyncLock, index: int, start_ns: int, end_ns: int, hold_s: float)
     return WorkerResult(index, acquired, starts.tobytes(), ends.tobytes(), longest, _cpu() - cpu0)
 
 
+def _threads(
+    peer: Any,
+    target: Target,
+    name: str,
+    ttl: float,
+    count: int,
+    start_ns: int,
+    end_ns: int,
+    hold_s: float,
+) -> list[WorkerResult]:
+    """``count`` threads of this process, each with its own lock object on ``name``.
+
+    CPU is the whole process's, split evenly over the threads' results."""
+    locks = [peer.build(target, name, ttl) for _ in range(count)]
+    for index in range(count):  # warm the scripts and a connection per thread
+        warm = peer.build(target, f"{name}:warm{index}", ttl)
+        warm.acquire(blocking=False)
+        warm.release()
+    results: list[WorkerResult | None] = [None] * count
+
+    def body(index: int) -> None:
+        results[index] = _loop(locks[index], index, start_ns, end_ns, hold_s)
+
+    cpu0 = _cpu()
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    share = (_cpu() - cpu0) / count
+    done = [r for r in results if r is not None]
+    if len(done) != count:
+        raise RuntimeError("a bench thread failed")
+    return [_with_cpu(r, share) for r in done]
+
+
+def _with_cpu(result: WorkerResult, cpu_s: float) -> WorkerResult:
+    return dataclasses.replace(result, cpu_s=cpu_s)
+
+
 def worker_main(conn: Connection, index: int, target: Target) -> None:
     """Serve ``prepare`` / ``run`` / ``stop`` messages from the parent."""
     peers = {**SYNC_PEERS, **redlock_peers()}
@@ -88,6 +130,16 @@ def worker_main(conn: Connection, index: int, target: Target) -> None:
                 _, start_ns, end_ns, hold_s = message
                 assert lock is not None
                 conn.send(("done", _loop(lock, index, start_ns, end_ns, hold_s)))
+            elif kind == "threads":
+                _, peer_key, name, ttl, count, start_ns, end_ns, hold_s = message
+                conn.send(
+                    (
+                        "done",
+                        _threads(
+                            peers[peer_key], target, name, ttl, count, start_ns, end_ns, hold_s
+                        ),
+                    )
+                )
         except Exception:
             conn.send(("error", traceback.format_exc()))
 
@@ -134,6 +186,17 @@ class WorkerPool:
         for conn in self._conns[:count]:
             conn.send(("run", start_ns, end_ns, hold_s))
         return self._gather(count, timeout=duration + 60)
+
+    def run_threads(
+        self, peer_key: str, name: str, ttl: float, count: int, duration: float, hold_s: float
+    ) -> list[WorkerResult]:
+        """``count`` threads of the first worker process on ``name``: one result per thread."""
+        start_ns = time.monotonic_ns() + 200_000_000
+        end_ns = start_ns + int(duration * 1e9)
+        conn = self._conns[0]
+        conn.send(("threads", peer_key, name, ttl, count, start_ns, end_ns, hold_s))
+        results: list[WorkerResult] = self._gather(1, timeout=duration + 60)[0]
+        return results
 
     def close(self) -> None:
         """Stop every worker."""

@@ -6,6 +6,7 @@ import math
 import time
 from array import array
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 
@@ -16,6 +17,9 @@ from bench.stats import fmt, jain, median, percentile
 from bench.workers import WorkerPool, WorkerResult
 
 TTL = 5.0
+#: The in-process rows: this many threads of one process on one name.
+THREADS = 8
+THREAD_HOLD = 0.001
 
 
 @dataclass
@@ -148,6 +152,27 @@ def _row(label: str, m: RunMetrics, raw: RunMetrics | None) -> list[str]:
     ]
 
 
+def _threads_table(
+    runs: dict[tuple[int, float, str], list[RunMetrics]],
+    peers: list[Any],
+    duration: float,
+    rounds: int,
+) -> Table:
+    """The in-process rows: ``THREADS`` threads of one process, each its own lock object."""
+    table = Table(
+        list(HEADERS),
+        caption=f"{THREADS} threads of one process, hold {THREAD_HOLD * 1000:g} ms, "
+        f"{duration:g} s window x {rounds} round(s) (client CPU: the process's, per acquisition)",
+    )
+    raw_runs = runs.get((-THREADS, THREAD_HOLD, "raw"))
+    raw = _combine(raw_runs) if raw_runs else None
+    for peer in peers:
+        peer_runs = runs.get((-THREADS, THREAD_HOLD, peer.key))
+        if peer_runs:
+            table.rows.append(_row(peer.label, _combine(peer_runs), raw))
+    return table
+
+
 def run(ctx: Context) -> Section:
     """Every available peer x process counts x hold times, interleaved in rounds."""
     section = Section(
@@ -159,7 +184,8 @@ def run(ctx: Context) -> Section:
             "changed. *longest wait* includes a final wait cut off by the window's end. CPU "
             "from `getrusage` in each worker; server CPU and commands from `INFO` deltas "
             "(INFO itself excluded). Median over rounds; gap max and longest wait are the "
-            "worst round; overlaps are summed and must be 0."
+            "worst round; overlaps are summed and must be 0. The last table runs "
+            f"{THREADS} threads of one process instead (each thread its own lock object)."
         ),
     )
     procs_list = ctx.sizes([4], [2, 4, 8])
@@ -198,6 +224,20 @@ def run(ctx: Context) -> Section:
                         metrics = analyse(results, duration, calls1 - calls0, cpu1 - cpu0)
                         runs.setdefault((procs, hold, peer.key), []).append(metrics)
                         time.sleep(0.05)
+            for peer in peers:
+                if peer.key in failed:
+                    continue
+                name = f"bench:s2:{peer.key}:threads:{round_no}"
+                try:
+                    calls0, cpu0 = server_counters(admin)
+                    results = pool.run_threads(peer.key, name, TTL, THREADS, duration, THREAD_HOLD)
+                    calls1, cpu1 = server_counters(admin)
+                except Exception as exc:
+                    failed[peer.key] = f"{type(exc).__name__}: {exc}"[:300]
+                    continue
+                metrics = analyse(results, duration, calls1 - calls0, cpu1 - cpu0)
+                runs.setdefault((-THREADS, THREAD_HOLD, peer.key), []).append(metrics)
+                time.sleep(0.05)
     finally:
         pool.close()
         admin.close()
@@ -226,7 +266,18 @@ def run(ctx: Context) -> Section:
                         )
                     )
             section.tables.append(table)
+    section.tables.append(_threads_table(runs, peers, duration, rounds))
     section.chart_caption = "4 processes, 1 ms hold: hand-off gap and longest wait"
+    compare = max(procs_list)
+    thread_runs = runs.get((-THREADS, THREAD_HOLD, "ours"))
+    process_runs = runs.get((compare, THREAD_HOLD, "ours"))
+    if thread_runs and process_runs:
+        threads_gap = _combine(thread_runs).gap_p50_us
+        process_gap = _combine(process_runs).gap_p50_us
+        section.notes.append(
+            f"Lock hand-off between {THREADS} threads of one process: gap p50 "
+            f"{threads_gap / process_gap:.2f}x the gap between {compare} processes"
+        )
     for procs in procs_list:
         lock_runs = runs.get((procs, 0.001, "ours"))
         semaphore_runs = runs.get((procs, 0.001, "ours-semaphore"))

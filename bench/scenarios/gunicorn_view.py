@@ -1,4 +1,4 @@
-"""Scenario 7: one locked view under a real gunicorn, three ways of locking it.
+"""Scenario 7: one locked view under a real gunicorn, three ways of locking it and none.
 
 gunicorn (4 workers x 4 threads, ``gthread``) serves ``bench/site.py``; 32 HTTP clients
 (threads of this process, keep-alive connections) call one view for a fixed window. The
@@ -34,6 +34,7 @@ VIEWS = [
         "bench-s7:cache-lock-switched",
     ),
     ("`lock_view`", "/lock-view/", "bench-s7:lock-view"),
+    ("no lock (loses updates)", "/no-lock/", "bench-s7:no-lock"),
 ]
 
 
@@ -123,7 +124,8 @@ def run(ctx: Context) -> Section:
         f"gunicorn, 4 workers x 4 threads; {CLIENTS} HTTP clients with keep-alive call one "
         f"view for {seconds:g} s. The view holds its lock for a 2 ms read-modify-write of a "
         "Redis counter. *share of serial* = time the lock was held / the window; "
-        "*exact* = the counter equals the requests answered."
+        "*exact* = the counter equals the requests answered (the unlocked row must show "
+        "lost updates; its share of serial counts overlapping sections, so it can pass 100%)."
     )
     admin = redis.Redis.from_url(ctx.target.url)
     port = _free_port()
