@@ -379,6 +379,10 @@ class _AliasListener:
                     waiters = [w for w in local if w.token == wakeup.heir][:1]
                     for waiter in waiters:
                         waiter.granted = wakeup
+                elif wakeup.turn is not None:
+                    # The line's next (a semaphore's): only they can take the
+                    # permit; any other waiter woken would be refused again.
+                    waiters = [w for w in local if w.token in wakeup.turn]
                 elif wakeup.everyone:
                     # Freed outside the turn order (force-release, a leaving
                     # heir): everyone retries, so a waiting claimant is not missed.

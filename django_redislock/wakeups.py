@@ -16,6 +16,10 @@ FREE = "1"
 #: Freed outside the turn order (force-release, a leaving heir): every waiter tries again,
 #: so a claimant queued behind others in its process is not missed.
 FREED_OUT_OF_TURN = "F"
+#: Prefix of ``"T:<token>[,<token>...]"``: freed in turn, and these waiters are next in
+#: the line (a semaphore's): only they try again, wherever they wait. A process's own
+#: order of its waiters is not the line's (it registers them when first refused).
+TURN_OF = "T:"
 #: Prefix of ``"G:<token>:<fence>:<ms>"``: handed straight to the waiter holding ``token``,
 #: which holds the lock with that fence (0 without fencing) from the server's clock
 #: reading ``ms`` (milliseconds) on, for its TTL.
@@ -26,10 +30,12 @@ LUA_NAMES: dict[str, str] = {
     "WAKE_FREE": FREE,
     "WAKE_FREED_OUT_OF_TURN": FREED_OUT_OF_TURN,
     "WAKE_HANDED_TO": HANDED_TO,
+    "WAKE_TURN_OF": TURN_OF,
 }
 
 _FREED_OUT_OF_TURN = FREED_OUT_OF_TURN.encode()
 _HANDED_TO = HANDED_TO.encode()
+_TURN_OF = TURN_OF.encode()
 
 
 class Wakeup(NamedTuple):
@@ -41,6 +47,8 @@ class Wakeup(NamedTuple):
     #: The server's clock (ms) when it handed the lock over; None from an older release
     #: script that did not send it (the heir then confirms the hand-off with an attempt).
     handed_at_ms: int | None = None
+    #: The waiters whose turn it is (a line's next), if the release named them.
+    turn: frozenset[bytes] | None = None
 
 
 def lua_prelude(source: str) -> str:
@@ -59,4 +67,6 @@ def decode(data: bytes) -> Wakeup:
         return Wakeup(
             everyone=False, heir=heir, fence=int(fence), handed_at_ms=int(at[0]) if at else None
         )
+    if data.startswith(_TURN_OF):
+        return Wakeup(everyone=False, turn=frozenset(data[len(_TURN_OF) :].split(b",")))
     return Wakeup(everyone=data == _FREED_OUT_OF_TURN)

@@ -81,6 +81,67 @@ def test_a_waiter_is_woken_by_a_release_and_leaves_nothing(lock_backend: Any) ->
     assert _keys(lock_backend) == [b"redislock:{exports}:fence"]
 
 
+def test_a_release_names_the_next_in_line(lock_backend: Any) -> None:
+    # A process registers its waiters when they are first refused, not in the line's
+    # order: a release that woke a process's longest waiter could wake one that is not
+    # next, which was refused again while the next one slept (8 threads: 5 acquisitions
+    # in 3 s). The release names the next in line; only that waiter tries again.
+    client = lock_backend.client()
+    holder = Semaphore("exports", 1, ttl=30)
+    assert holder.acquire(blocking=False)
+    waiters = [Semaphore("exports", 1, ttl=30) for _ in range(2)]
+    threads = []
+    for count, waiter in enumerate(waiters, start=1):
+        threads.append(threading.Thread(target=waiter.acquire, kwargs={"timeout": 20}))
+        threads[-1].start()
+        assert wait_until(lambda n=count: client.zcard("redislock:{exports}:queue") == n)
+    first, second = client.zrange("redislock:{exports}:queue", 0, -1)
+    pubsub = client.pubsub()
+    pubsub.subscribe("redislock:{exports}:released")
+    assert wait_until(lambda: pubsub.get_message(timeout=0.1) is not None)  # confirmed
+    holder.release()
+    threads[0].join(20)
+    assert waiters[0].token == first.decode() and waiters[0].fence == 2
+    assert _next_message(pubsub) == b"T:" + first
+    waiters[0].release()
+    threads[1].join(20)
+    assert waiters[1].token == second.decode()
+    assert _next_message(pubsub) == b"T:" + second
+    waiters[1].release()
+    assert _next_message(pubsub) == b"1"  # nobody in line: each process's longest waiter
+    pubsub.close()
+
+
+def _next_message(pubsub: Any) -> Any:
+    found: list[Any] = []
+    wait_until(lambda: bool(found.append(pubsub.get_message(timeout=0.1)) or found[-1]))
+    return found[-1]["data"]
+
+
+def test_threads_of_one_process_take_turns(lock_backend: Any) -> None:
+    done = [0] * 8
+    failed: list[int] = []
+
+    def take_turns(index: int) -> None:
+        permit = Semaphore("exports", 1, ttl=10)
+        for _ in range(10):
+            # Taking turns with 7 others at a 2 ms hold is a matter of ms; a waiter
+            # missed by a release sleeps ~2 s (the subscribed wait) before it looks again.
+            if not permit.acquire(timeout=1.5):
+                failed.append(index)
+                return
+            threading.Event().wait(0.002)
+            permit.release()
+            done[index] += 1
+
+    threads = [threading.Thread(target=take_turns, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert failed == [] and done == [10] * 8
+
+
 def test_a_timed_out_waiter_leaves_the_line(lock_backend: Any) -> None:
     holder = Semaphore("exports", 1, ttl=30)
     assert holder.acquire(blocking=False)

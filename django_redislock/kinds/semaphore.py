@@ -76,8 +76,9 @@ class Semaphore(Queued):
         return self._acquire(SEMAPHORE_ACQUIRE, token, waited_ms, self.limit)
 
     def release(self, token: str) -> Operation:
-        """Give back ``token``'s permit and wake the waiters: True if it held one."""
-        return Operation(SEMAPHORE_RELEASE, self._held(), (token, self.keys.channel), is_one)
+        """Give back ``token``'s permit and wake the next in line: True if it held one."""
+        keys = (*self._held(), self.queue)
+        return Operation(SEMAPHORE_RELEASE, keys, (token, self.keys.channel), is_one)
 
     def read_holders(self) -> Operation:
         """Every live permit's holder, and the limit: :class:`Holders`."""
