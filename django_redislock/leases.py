@@ -210,7 +210,7 @@ async def _client_within(client: Any, op: Op, deadline: float) -> Any:
 
 
 async def _checkout(pool: Any, op: Op) -> Any:
-    conn = await _get_connection(pool)
+    conn = await get_connection(pool)
     try:
         await _reconnect_if_closed(conn)
         loaded = _loaded.setdefault(pool, set())
@@ -255,7 +255,8 @@ def _closed_while_idle(conn: Any) -> bool:
     return bool(readable)
 
 
-def _get_connection(pool: Any) -> Awaitable[Any]:
+def get_connection(pool: Any) -> Any:
+    """A connection of ``pool`` (sync), or the awaitable of one (asyncio)."""
     if _needs_command_name(type(pool)):
         return pool.get_connection("EVALSHA")
     return pool.get_connection()

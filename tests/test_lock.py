@@ -171,6 +171,41 @@ def test_noscript_fallback(lock_backend):
         assert lock.owned()
 
 
+def test_lock_calls_run_on_a_pooled_connection_itself(real_backend, monkeypatch):
+    # redis-py's execute_command costs more than the server's work on a lock call
+    # (retries, which are off, hooks, per-argument encoding): the call takes a pooled
+    # connection, sends and reads. An error reply leaves that connection in the pool.
+    import redis
+
+    from django_redislock.connection import lock_client
+    from django_redislock.transports import wire
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"execute_command{args[1:3]} on the lock path")
+
+    lock = Lock("direct", ttl=5)
+    lock.acquire()
+    lock.release()  # the pool has its connection now
+    pool = lock_client("default").connection_pool
+    [conn] = [c for c in pool._connections if c is not None]
+    held = []
+    for packer in (wire._pack_in_c, None):  # hiredis's packer, and redis-py's own
+        with monkeypatch.context() as patch:
+            patch.setattr(redis.Redis, "execute_command", refuse)
+            patch.setattr(wire, "_pack_in_c", packer)
+            lock.acquire()
+            held.append((lock.fence, lock.token))
+        assert real_backend.client().get("redislock:{direct}") == lock.token.encode()
+        lock.release()
+    assert [fence for fence, _ in held] == [2, 3]
+    real_backend.client().hset("redislock:{direct}", "not", "a lock")
+    with pytest.raises(LockConfigurationError, match="direct"):
+        lock.acquire(blocking=False)
+    real_backend.client().delete("redislock:{direct}")
+    with lock:  # the same connection, clean after the error reply
+        assert [c for c in pool._connections if c is not None] == [conn]
+
+
 def test_decode_responses_connection(lock_backend, settings):
     caches = dict(settings.CACHES)
     config = dict(caches["default"])

@@ -13,9 +13,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol
 
+import redis
 from redis.exceptions import NoScriptError, ResponseError
 
 from .. import leases
+
+_pack_in_c: Any
+try:  # hiredis packs a command in C; redis-py's own packer encodes each argument in Python
+    from hiredis import pack_command as _pack_in_c
+except ImportError:  # pragma: no cover - hiredis is optional
+    _pack_in_c = None
+
+#: Connection classes whose wire protocol :func:`run` drives itself (redis-py's own:
+#: anything else, fakeredis's included, goes through the client).
+_PLAIN_CONNECTIONS = (redis.Connection, redis.SSLConnection, redis.UnixDomainSocketConnection)
 
 
 class ScriptCall(Protocol):
@@ -84,10 +95,53 @@ def _raised(reply: Any) -> Any:
 
 def run(client: Any, call: ScriptCall) -> Any:
     """Run one script call on ``client`` (any redis-py client); its raw reply."""
+    pool = _plain_pool(client)
+    send = client.execute_command if pool is None else _Direct(pool).send
     try:
-        return client.execute_command(*_command(call, by_sha=True))
+        return send(*_command(call, by_sha=True))
     except NoScriptError:
-        return client.execute_command(*_command(call, by_sha=False))
+        return send(*_command(call, by_sha=False))
+
+
+def _plain_pool(client: Any) -> Any:
+    """``client``'s pool when a call may run on one of its connections directly, else None.
+
+    A lock call is one command and its reply: redis-py's ``execute_command`` around it
+    (retries, which the lock clients turn off; observability hooks; encoding each
+    argument in Python) cost more than the server's work on this path. The pool's own
+    checkout still replaces a connection the server closed while it sat idle, and the
+    connection still disconnects itself on any error but an error reply.
+    """
+    if type(client) is not redis.Redis or getattr(client, "connection", None) is not None:
+        return None  # a Cluster, a single-connection client, a subclass (fakeredis)
+    pool = client.connection_pool
+    if pool.connection_class not in _PLAIN_CONNECTIONS or getattr(pool, "cache", None):
+        return None  # another wire (fakeredis), or client-side caching
+    return pool
+
+
+class _Direct:
+    """One command on a connection of ``pool``, sent as redis-py's own would be."""
+
+    __slots__ = ("pool",)
+
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
+
+    def send(self, *args: Any) -> Any:
+        pool = self.pool
+        conn = leases.get_connection(pool)
+        try:
+            conn.send_packed_command(_pack(conn, args))
+            return conn.read_response()
+        finally:
+            pool.release(conn)
+
+
+def _pack(conn: Any, args: tuple[Any, ...]) -> Any:
+    if _pack_in_c is not None and conn.encoder.encoding in ("utf-8", "utf8"):
+        return (_pack_in_c(args),)
+    return conn.pack_command(*args)
 
 
 def run_batch(client: Any, calls: Sequence[ScriptCall], wait: Wait | None = None) -> list[Any]:
