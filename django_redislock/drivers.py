@@ -18,8 +18,10 @@ The cancellation rules of async calls live here, and only here:
 * A cancel that redis-py swallowed mid-command (the task was asked to cancel, the
   command returned anyway; seen through ``Task.cancelling()``, Python 3.11+) is
   honoured: the generator gets a ``CancelledError`` in place of the reply.
-* A ``shielded`` step (a release) runs in a task of its own: a cancelled caller still
-  gets its lock released, and the cancel then propagates.
+* A ``shielded`` step (a release) runs to its end: a cancelled caller still gets its
+  lock released, and the cancel then propagates. A ``repeatable`` one (a
+  compare-and-delete by token) runs in the caller's task and is sent again in a task of
+  its own if the caller is cancelled mid-way; any other runs in a task of its own.
 """
 
 from __future__ import annotations
@@ -85,6 +87,15 @@ async def arun(call: Lifecycle[T]) -> T:
                 elif cancelled:  # clean-up after a cancel: no reply to act on
                     await finish_shielded(_acall(step))
                     reply = None
+                elif step.shielded and step.repeatable:
+                    cancels = cancel_count()
+                    try:
+                        reply = await _acall(step)
+                    except asyncio.CancelledError:
+                        in_background(_acall(step))  # it may not have reached Redis: again
+                        raise
+                    if cancel_count() > cancels:
+                        raise asyncio.CancelledError  # swallowed mid-command; the step is done
                 elif step.shielded:
                     reply = await asyncio.shield(in_background(_acall(step)))
                 else:

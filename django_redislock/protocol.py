@@ -168,7 +168,7 @@ def release(lock: LockLike) -> Generator[Step, Any, None]:
         lock, token = carrier, carrier.token  # the count is zero: the first entry releases
     lock._forget()
     try:
-        released = yield Send(lock, "_do_release", (token,), shielded=True)
+        released = yield Send(lock, "_do_release", (token,), shielded=True, repeatable=True)
     except RedisError as exc:
         raise (yield from refused(lock, exc)) from exc
     lock._after_release(released)

@@ -20,6 +20,10 @@ class Send(NamedTuple):
     args: tuple[Any, ...]
     #: Async: runs to its end even if the caller is cancelled (a release).
     shielded: bool = False
+    #: Safe to send twice (a compare-and-delete by token): a shielded step then runs in
+    #: the caller's task, and is sent again in a task of its own if the caller is
+    #: cancelled mid-way, instead of always paying a task (and its loop turns).
+    repeatable: bool = False
 
 
 def async_name(method: str) -> str:

@@ -139,9 +139,20 @@ class _Direct:
 
 
 def _pack(conn: Any, args: tuple[Any, ...]) -> Any:
-    if _pack_in_c is not None and conn.encoder.encoding in ("utf-8", "utf8"):
+    if _in_c(conn):
         return (_pack_in_c(args),)
     return conn.pack_command(*args)
+
+
+def _pack_all(conn: Any, commands: list[tuple[Any, ...]]) -> Any:
+    if _in_c(conn):
+        return [_pack_in_c(args) for args in commands]
+    return conn.pack_commands(commands)
+
+
+def _in_c(conn: Any) -> bool:
+    """hiredis packs as redis-py would: str arguments in UTF-8."""
+    return _pack_in_c is not None and conn.encoder.encoding in ("utf-8", "utf8")
 
 
 def run_batch(client: Any, calls: Sequence[ScriptCall], wait: Wait | None = None) -> list[Any]:
@@ -196,7 +207,7 @@ class Batch(leases.Op):
 
     @staticmethod
     async def _on_connection(conn: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
-        await conn.send_packed_command(conn.pack_commands(commands))
+        await conn.send_packed_command(_pack_all(conn, commands))
         replies: list[Any] = []
         for _ in commands:
             try:
