@@ -60,15 +60,8 @@ class Attempts:
                 self.alias, lock.keys.channel, loop=loop, token=self.token
             )
         )
-        #: ms this acquire has waited, sent with each attempt: longest waiter first. A kind
-        #: whose waiters claim the next turn (the mutex) has a caller that will wait claim
-        #: it on its first refused attempt (1 ms): the release then hands the lock to it
-        #: with no retry, and wakes nobody when no one claimed a turn.
-        self.waited_ms = (
-            1
-            if (wait_for is None or wait_for > 0) and getattr(lock.ops, "claims_first_try", False)
-            else 0
-        )
+        #: ms this acquire has waited, sent with each attempt: longest waiter first.
+        self.waited_ms = 0
         lock.busy_holder = None
         # The last refused attempt: clock() before it was sent, the server's clock (ms).
         self.refused_sent = self.first

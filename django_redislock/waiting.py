@@ -374,13 +374,11 @@ class _AliasListener:
                 local = self._waiters.get(channel, {})
                 wakeup = decode(data) if isinstance(data, bytes) else Wakeup(everyone=False)
                 if wakeup.heir is not None:
-                    # Handed straight to one waiter: if it is ours, it holds the lock
-                    # now. The next turn is unclaimed: the longest other local waiter
-                    # tries again to claim it (a release wakes only a claimant).
-                    heirs = [w for w in local if w.token == wakeup.heir][:1]
-                    for waiter in heirs:
+                    # Handed straight to one waiter: if it is ours, it holds the
+                    # lock now; nobody else need wake.
+                    waiters = [w for w in local if w.token == wakeup.heir][:1]
+                    for waiter in waiters:
                         waiter.granted = wakeup
-                    waiters = heirs + [w for w in local if w.token != wakeup.heir][:1]
                 elif wakeup.turn is not None:
                     # The line's next (a semaphore's): only they can take the
                     # permit; any other waiter woken would be refused again.

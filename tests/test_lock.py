@@ -21,7 +21,6 @@ from django_redislock import (
     RedisLockError,
 )
 from django_redislock.holder import parse_holder
-from tests.support.polling import wait_until
 
 
 def test_acquire_release_and_state(lock_backend):
@@ -244,67 +243,6 @@ def test_release_wakes_a_waiting_thread(lock_backend):
     # Woken by the release: long before the 30 s TTL would have freed it.
     assert got.wait(10)
     thread.join()
-
-
-def _attempts_of(lock, sent):
-    real = lock._do_acquire
-
-    def counted(token, waited_ms):
-        sent.append(waited_ms)
-        return real(token, waited_ms)
-
-    lock._do_acquire = counted
-
-
-def test_a_waiter_claims_its_turn_on_its_first_try_and_is_handed_the_lock(lock_backend):
-    # One refused attempt, then the release hands it the lock: no second round trip.
-    # A caller that will not wait claims nothing (the release would hand it a lock).
-    client = lock_backend.client()
-    holder = Lock("turns", ttl=30)
-    holder.acquire()
-    assert not Lock("turns").acquire(blocking=False)
-    assert not Lock("turns").acquire(timeout=0)
-    assert client.get("redislock:{turns}:claim") is None
-    _warm_the_channel(holder)  # subscribed: a waiter registers before its first attempt
-    waiters = [Lock("turns", ttl=30, timeout=20) for _ in range(2)]
-    sent: list[list[int]] = [[], []]
-    done = []
-    threads = []
-    for index, waiter in enumerate(waiters):
-        _attempts_of(waiter, sent[index])
-        threads.append(threading.Thread(target=lambda w=waiter: done.append(w.acquire())))
-        threads[-1].start()
-        assert wait_until(lambda i=index: len(sent[i]) == 1)
-        assert wait_until(lambda: client.get("redislock:{turns}:claim") is not None)
-    holder.release()
-    threads[0].join(20)
-    assert done == [True] and sent[0] == [1]  # handed over: its only attempt was the first
-    # The hand-off woke the other waiter, which claimed the next turn: handed over too.
-    assert wait_until(lambda: len(sent[1]) == 2)
-    assert wait_until(lambda: client.get("redislock:{turns}:claim") is not None)
-    waiters[0].release()
-    threads[1].join(20)
-    assert done == [True, True] and len(sent[1]) == 2
-    waiters[1].release()
-    assert client.get("redislock:{turns}:claim") is None
-
-
-def _warm_the_channel(holder):
-    """Have this process subscribed to ``holder``'s channel (a waiter that got it)."""
-    waiter = Lock(holder.name, timeout=20)
-    thread = threading.Thread(target=waiter.acquire)
-    thread.start()
-    assert wait_until(lambda: _claim_of(holder) is not None)
-    holder.release()
-    thread.join(20)
-    waiter.release()
-    assert holder.acquire(blocking=False)
-
-
-def _claim_of(lock):
-    from django_redislock.connection import lock_client
-
-    return lock_client("default").get(lock.keys.claim)
 
 
 def test_expired_holder_wakes_a_waiter(lock_backend):

@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from pathlib import Path
 
@@ -132,24 +131,18 @@ def test_a_child_that_ignores_sigterm_is_killed_after_the_grace(tmp_path):
 
 def test_sigterm_reaches_the_child_and_the_lock_waits_for_its_exit(tmp_path):
     log = tmp_path / "child.log"
+    pubsub = get_redis_connection("default").pubsub()
+    pubsub.subscribe(Lock("graceful").keys.channel)
+    assert pubsub.get_message(timeout=5)["type"] == "subscribe"
     proc = start("graceful", "--ttl", "5", *trap_child(log, "trap"))
     wait_for_file(log)
-    # A waiter: the release hands the lock to it, so it returns when the lock is free.
-    waiter = Lock("graceful", ttl=5, timeout=30)
-    got: list[int] = []
-    thread = threading.Thread(
-        target=lambda: waiter.acquire() and got.append(time.monotonic_ns()), daemon=True
-    )
-    thread.start()
-    claim = waiter.keys.claim
-    assert wait_until(lambda: get_redis_connection("default").exists(claim))  # it waits
     proc.send_signal(signal.SIGTERM)
-    thread.join(30)
+    message = pubsub.get_message(timeout=30)  # the release's wake-up
+    released_at = time.monotonic_ns()
+    pubsub.close()
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err  # the child's own exit status
-    assert len(got) == 1
-    released_at = got[0]
-    waiter.release()
+    assert message is not None and message["type"] == "message"
     lines = dict(line.split() for line in log.read_text().splitlines())
     assert int(lines["term"]) < int(lines["exit"]) < released_at
     assert lock_info("graceful") is None

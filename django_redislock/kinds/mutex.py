@@ -102,8 +102,6 @@ class Mutex:
 
     #: The kind's name in inspection and the registry.
     kind = "lock"
-    #: A waiter claims the next turn on its first refused attempt (``Attempts``).
-    claims_first_try = True
 
     def __init__(
         self,
@@ -159,9 +157,7 @@ class Mutex:
 
     def release(self, token: str) -> Operation:
         """Compare-token-and-delete, waking (or handing over to) the waiters: True if ours."""
-        # With claims, every waiter holds or seeks one: no claim, nobody to wake.
-        claimed = "1" if self.claim_ms is not None else "0"
-        return Operation(RELEASE, self._release_keys, (token, self.keys.channel, claimed), is_one)
+        return Operation(RELEASE, self._release_keys, (token, self.keys.channel), is_one)
 
     def extend(self, token: str, ttl_ms: int | None = None) -> Operation:
         """Reset the TTL if ``token`` still holds the lock: True if it did."""

@@ -4,9 +4,7 @@
 -- no round trip of its own.
 -- KEYS[1] lock key, KEYS[2] holder metadata,
 -- KEYS[3] optional claim ("token:waited:ttl_ms:fencing:holder"), KEYS[4] fence counter
--- ARGV[1] token, ARGV[2] release channel, ARGV[3] '1' when waiters claim their turn
--- (each waiting caller claims on its first refused attempt, and one woken by a hand-off
--- to another claims the next): then no claim means nobody waits, and nothing is published
+-- ARGV[1] token, ARGV[2] release channel
 -- Publishes WAKE_FREE (free: the longest waiter tries again) or
 -- WAKE_HANDED_TO .. '<token>:<fence>:<ms>' (handed to that waiter at the server's
 -- clock <ms>, TIME in ms: the handed key expires at <ms> + its TTL, which the waiter
@@ -38,9 +36,6 @@ if claim then
     redis.call('PUBLISH', ARGV[2], WAKE_HANDED_TO .. heir .. ':' .. fence .. at)
     return 1
   end
-end
-if ARGV[3] == '1' and not claim then
-  return 1
 end
 redis.call('PUBLISH', ARGV[2], WAKE_FREE)
 return 1
