@@ -393,6 +393,22 @@ class ReadWriteSide:
         self._lock.release()
 
 
+class MultiLockPair:
+    """``django_redislock.MultiLock`` over two names (``<name>:a``, ``<name>:b``)."""
+
+    def __init__(self, target: Target, name: str, ttl: float) -> None:
+        setup_django(target.django_settings)
+        import django_redislock
+
+        self._lock = django_redislock.MultiLock([f"{name}:a", f"{name}:b"], ttl=ttl)
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        return bool(self._lock.acquire(blocking=blocking, timeout=timeout))
+
+    def release(self) -> None:
+        self._lock.release()
+
+
 class ReentryLock:
     """A re-entry of a reentrant ``Lock`` its thread already holds: counted, no round trip."""
 
@@ -538,6 +554,13 @@ SYNC_PEERS: dict[str, Peer] = {
             "django-redislock ReadWriteLock, write_lock()",
             lambda t, n, ttl: ReadWriteSide(t, n, ttl, "write"),
             ours_skip_reason,
+        ),
+        Peer(
+            "ours-multilock",
+            "django-redislock MultiLock, 2 names",
+            lambda t, n, ttl: MultiLockPair(t, n, ttl),
+            ours_skip_reason,
+            exclusive=False,  # two names of its own: not the contended rows' one name
         ),
         Peer(
             "ours-reentry",

@@ -438,7 +438,10 @@ def register_if_confirmed(
     listener = _listeners.get(alias)
     if listener is None:
         return None
-    waiter = Waiter(listener, channel.encode(), loop, token)
+    encoded = channel.encode()
+    if not listener.is_confirmed(encoded):
+        return None  # no waiter built (an Event, a Condition) on the uncontended path
+    waiter = Waiter(listener, encoded, loop, token)
     return waiter if listener.add_if_confirmed(waiter) else None
 
 

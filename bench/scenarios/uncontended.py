@@ -144,6 +144,11 @@ def run(ctx: Context) -> Section:
             (f"ReadWriteLock read {_kind_ratio(result, 'ours-read', 'ours')}"),
             (f"ReadWriteLock write {_kind_ratio(result, 'ours-write', 'ours')}"),
         ]
+        multi = _kind_ratio(result, "ours-multilock", "ours")
+        if multi:
+            section.notes.append(
+                f"{mode}: a MultiLock over 2 names {multi} a Lock's cycle (a Lock per name)"
+            )
         if _kind_ratio(result, "ours-read", "ours"):
             section.notes.append(
                 f"{mode}: against Lock's cycle: {', '.join(kinds)} (target <= 1.5x each)"
