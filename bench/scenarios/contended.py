@@ -152,6 +152,17 @@ def _row(label: str, m: RunMetrics, raw: RunMetrics | None) -> list[str]:
     ]
 
 
+def _gap_ratio(
+    runs: dict[tuple[int, float, str], list[RunMetrics]],
+    row: tuple[int, float, str],
+    against: tuple[int, float, str],
+) -> float | None:
+    """Gap p50 of ``row`` over ``against``'s, or None when either was not measured."""
+    if not runs.get(row) or not runs.get(against):
+        return None
+    return _combine(runs[row]).gap_p50_us / _combine(runs[against]).gap_p50_us
+
+
 def _threads_table(
     runs: dict[tuple[int, float, str], list[RunMetrics]],
     peers: list[Any],
@@ -269,24 +280,18 @@ def run(ctx: Context) -> Section:
     section.tables.append(_threads_table(runs, peers, duration, rounds))
     section.chart_caption = "4 processes, 1 ms hold: hand-off gap and longest wait"
     compare = max(procs_list)
-    thread_runs = runs.get((-THREADS, THREAD_HOLD, "ours"))
-    process_runs = runs.get((compare, THREAD_HOLD, "ours"))
-    if thread_runs and process_runs:
-        threads_gap = _combine(thread_runs).gap_p50_us
-        process_gap = _combine(process_runs).gap_p50_us
+    threads = _gap_ratio(runs, (-THREADS, THREAD_HOLD, "ours"), (compare, THREAD_HOLD, "ours"))
+    if threads is not None:
         section.notes.append(
             f"Lock hand-off between {THREADS} threads of one process: gap p50 "
-            f"{threads_gap / process_gap:.2f}x the gap between {compare} processes"
+            f"{threads:.2f}x the gap between {compare} processes"
         )
     for procs in procs_list:
-        lock_runs = runs.get((procs, 0.001, "ours"))
-        semaphore_runs = runs.get((procs, 0.001, "ours-semaphore"))
-        if lock_runs and semaphore_runs:
-            lock_gap = _combine(lock_runs).gap_p50_us
-            semaphore_gap = _combine(semaphore_runs).gap_p50_us
+        semaphore = _gap_ratio(runs, (procs, 0.001, "ours-semaphore"), (procs, 0.001, "ours"))
+        if semaphore is not None:
             section.notes.append(
                 f"{procs} processes, 1 ms hold: Semaphore (limit 1) hand-off gap p50 "
-                f"{semaphore_gap / lock_gap:.2f}x Lock's"
+                f"{semaphore:.2f}x Lock's"
             )
     for key, reason in failed.items():
         section.notes.append(f"{SYNC_PEERS[key].label}: failed, {reason}")
