@@ -22,6 +22,7 @@ from ..scripts import (
 )
 from .holders import Holders, HolderState, holder_state
 from .operation import Operation, is_one, raw
+from .options import KindOptions
 
 
 class Granted(NamedTuple):
@@ -76,7 +77,7 @@ def parse_holder_state(reply: Any) -> HolderState | None:
     return holder_state(token, int(pttl), fence, description)
 
 
-class Mutex:
+class Mutex(KindOptions):
     """The operations of one mutex (one lock name, one set of options).
 
     Only ``keys`` is needed to look at a lock from outside (``read_holder``,
@@ -88,17 +89,7 @@ class Mutex:
     (``False`` for Redlock, whose waiters take turns by retrying).
     """
 
-    __slots__ = (
-        "_acquire_keys",
-        "_extend_keys",
-        "_release_keys",
-        "claim_ms",
-        "fencing",
-        "keys",
-        "purpose",
-        "ttl_ms",
-        "watchdog",
-    )
+    __slots__ = ("_acquire_keys", "_extend_keys", "_release_keys", "claim_ms")
 
     #: The kind's name in inspection and the registry.
     kind = "lock"
@@ -107,18 +98,11 @@ class Mutex:
         self,
         keys: LockKeys,
         *,
-        ttl_ms: int = 0,
-        fencing: bool = True,
-        purpose: str | None = None,
-        watchdog: bool = False,
         claim_ms: int | None = None,
         hand_over: bool = True,
+        **options: Any,
     ) -> None:
-        self.keys = keys
-        self.ttl_ms = ttl_ms
-        self.fencing = fencing
-        self.purpose = purpose
-        self.watchdog = watchdog
+        super().__init__(keys, **options)
         self.claim_ms = claim_ms
         claim = [] if claim_ms is None else [keys.claim]
         self._acquire_keys = (keys.key, keys.fence, keys.meta, *claim)
@@ -130,15 +114,7 @@ class Mutex:
     @classmethod
     def of(cls, lock: Any, *, claim_ms: int | None, hand_over: bool = True) -> Mutex:
         """The mutex operations of ``lock`` (a ``BaseLock``: its keys and options)."""
-        return cls(
-            lock.keys,
-            ttl_ms=lock._ttl_ms,
-            fencing=lock.fencing,
-            purpose=lock.purpose,
-            watchdog=lock.watchdog,
-            claim_ms=claim_ms,
-            hand_over=hand_over,
-        )
+        return cls(lock.keys, claim_ms=claim_ms, hand_over=hand_over, **KindOptions.read_from(lock))
 
     def acquire(self, token: str, waited_ms: int = 0) -> Operation:
         """Take the lock for ``token`` (``acquire.lua``); reply ``{1, fence}`` or ``{0, ...}``."""

@@ -11,31 +11,19 @@ from ..keys import LockKeys
 from ..scripts import SEMAPHORE_EXTEND, SEMAPHORE_UNCLAIM, Script
 from .mutex import parse_acquire
 from .operation import Operation, is_one, raw
+from .options import KindOptions
 
 #: How long a waiter's place in line lives without renewal when the lock does not say.
 DEFAULT_PLACE_MS = 2_500
 
 
-class Queued:
+class Queued(KindOptions):
     """The options and the waiters' line of one lock of a leased, queued kind."""
 
-    __slots__ = ("fencing", "keys", "place_ms", "places", "purpose", "queue", "ttl_ms", "watchdog")
+    __slots__ = ("place_ms", "places", "queue")
 
-    def __init__(
-        self,
-        keys: LockKeys,
-        *,
-        ttl_ms: int = 0,
-        fencing: bool = True,
-        purpose: str | None = None,
-        watchdog: bool = False,
-        place_ms: int | None = None,
-    ) -> None:
-        self.keys = keys
-        self.ttl_ms = ttl_ms
-        self.fencing = fencing
-        self.purpose = purpose
-        self.watchdog = watchdog
+    def __init__(self, keys: LockKeys, *, place_ms: int | None = None, **options: Any) -> None:
+        super().__init__(keys, **options)
         self.place_ms = DEFAULT_PLACE_MS if place_ms is None else place_ms
         self.queue = f"{keys.key}:queue"
         self.places = f"{keys.key}:places"
@@ -45,13 +33,7 @@ class Queued:
         """The operations of ``lock`` (its keys and options, and :meth:`options_of`'s);
         ``claim_ms``: how long a waiter's place in line lives without renewal."""
         return cls(
-            lock.keys,
-            ttl_ms=lock._ttl_ms,
-            fencing=lock.fencing,
-            purpose=lock.purpose,
-            watchdog=lock.watchdog,
-            place_ms=claim_ms,
-            **cls.options_of(lock),
+            lock.keys, place_ms=claim_ms, **KindOptions.read_from(lock), **cls.options_of(lock)
         )
 
     @classmethod

@@ -78,7 +78,8 @@ class Semaphore(Queued):
     def release(self, token: str) -> Operation:
         """Give back ``token``'s permit and wake the next in line: True if it held one."""
         keys = (*self._held(), self.queue)
-        return Operation(SEMAPHORE_RELEASE, keys, (token, self.keys.channel), is_one)
+        args = (token, self.keys.channel, self.limit)
+        return Operation(SEMAPHORE_RELEASE, keys, args, is_one)
 
     def read_holders(self) -> Operation:
         """Every live permit's holder, and the limit: :class:`Holders`."""
