@@ -206,6 +206,44 @@ def test_lock_calls_run_on_a_pooled_connection_itself(real_backend, monkeypatch)
         assert [c for c in pool._connections if c is not None] == [conn]
 
 
+async def test_async_lock_calls_write_without_a_task_per_command(real_backend, monkeypatch):
+    # redis-py bounds an asyncio write by the socket timeout with asyncio.wait_for, a
+    # task per command on Python 3.11: a lock call writes on a healthy connection
+    # itself. A connection with a health check due still goes through redis-py's path.
+    import redis.asyncio
+
+    sent = []
+    own = redis.asyncio.Connection.send_packed_command
+
+    async def counted(self, *args, **kwargs):
+        sent.append(self)
+        return await own(self, *args, **kwargs)
+
+    monkeypatch.setattr(redis.asyncio.Connection, "send_packed_command", counted)
+    lock = Lock("async-direct", ttl=5)
+    assert await lock.aacquire()  # the first call connects (redis-py's path)
+    await lock.arelease()
+    sent.clear()
+    assert await lock.aacquire()
+    assert real_backend.client().get("redislock:{async-direct}") == lock.token.encode()
+    await lock.arelease()
+    assert sent == []
+    [conn] = [c for c in _async_pool_connections() if c.is_connected]
+    monkeypatch.setattr(conn, "health_check_interval", 30)
+    assert await lock.aacquire()
+    await lock.arelease()
+    assert len(sent) >= 2 and set(sent) == {conn}  # both commands (and the health check)
+
+
+def _async_pool_connections():
+    import asyncio
+
+    from django_redislock.connection import _async_clients
+
+    pool = _async_clients[asyncio.get_running_loop()]["default"].connection_pool
+    return list(pool._available_connections)
+
+
 def test_decode_responses_connection(lock_backend, settings):
     caches = dict(settings.CACHES)
     config = dict(caches["default"])

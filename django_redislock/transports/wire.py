@@ -10,6 +10,7 @@ alone (with its ``WAIT``), so nothing runs twice.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol
 
@@ -207,7 +208,7 @@ class Batch(leases.Op):
 
     @staticmethod
     async def _on_connection(conn: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
-        await conn.send_packed_command(_pack_all(conn, commands))
+        await _asend(conn, _pack_all(conn, commands))
         replies: list[Any] = []
         for _ in commands:
             try:
@@ -222,6 +223,30 @@ class Batch(leases.Op):
         for command in commands:
             pipe.execute_command(*command)
         return list(await pipe.execute(raise_on_error=False))
+
+
+async def _asend(conn: Any, packed: Any) -> None:
+    """Write packed commands on an asyncio connection of redis-py's.
+
+    redis-py bounds the write by the socket timeout with ``asyncio.wait_for``, which
+    on Python 3.11 runs it in a task of its own: two loop turns per command. On a
+    connected, healthy connection with nothing waiting to be written, the transport
+    takes the bytes at once (it hands them to the kernel, or keeps them and writes
+    them as the socket allows), so there is nothing to wait for; a write that cannot
+    reach the server shows as the reply's read failing, within the socket timeout.
+    Anything else (a health check due, a closing or backed-up transport, not
+    redis-py's stream) takes redis-py's own path.
+    """
+    writer = getattr(conn, "_writer", None)
+    if (
+        isinstance(writer, asyncio.StreamWriter)
+        and not conn.health_check_interval
+        and not writer.transport.is_closing()
+        and not writer.transport.get_write_buffer_size()
+    ):
+        writer.writelines(packed)
+        return
+    await conn.send_packed_command(packed)
 
 
 class Single(Batch):
