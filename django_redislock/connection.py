@@ -189,6 +189,7 @@ async def _close_at_loop_shutdown(per_loop: dict[str, Any]) -> Any:
 async def _aclose(client: Any, *, idle_only: bool = False) -> None:
     pool = getattr(client, "connection_pool", None)
     if pool is not None:
+        await leases.release_kept(pool)  # idle, though checked out: closed with the idle
         await pool.disconnect(inuse_connections=not idle_only)
         manager = getattr(pool, "sentinel_manager", None)
         for sentinel in getattr(manager, "sentinels", ()):

@@ -18,6 +18,10 @@ restart, an idle timeout) is reconnected before a lock command is sent on it
 (:func:`_reconnect_if_closed`): the pool's own check is not enough in every
 redis-py we support (8.1 skips it when maintenance notifications are "auto").
 
+A finished call keeps its connection, still checked out, for the next call of the
+same loop while the pool has others to give (:func:`_keep`): redis-py's blocking
+pool's checkout and return cost more than the rest of an uncontended lock call.
+
 :func:`call` is for callers without a deadline; :func:`call_within` gives the
 command a deadline and getting the connection a budget of its own (connect,
 handshake and the script load of a first call are paid there, not inside the
@@ -46,6 +50,8 @@ _loaded: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
 # Pools whose client was dropped (settings changed): a connection coming back
 # from a late call is disconnected instead of parked in a pool nobody uses.
 _retired: weakref.WeakSet[Any] = weakref.WeakSet()
+# Per pool, the idle connection the last lock call kept for the next one (see _keep).
+_kept: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 # Strong references to connection hand-backs that outlive their caller.
 _pending: set[Any] = set()
 
@@ -130,15 +136,9 @@ async def call(client: Any, op: Op) -> Any:
     if not has_pool(client):
         return await op.on_client(client)
     pool = client.connection_pool
-    if _connected_one_is_next(pool):
-        conn = await _checkout(pool, op)  # no connect to cut short: no task of its own
-    else:
-        checkout = asyncio.ensure_future(_checkout(pool, op))
-        try:
-            conn = await asyncio.shield(checkout)
-        except BaseException:  # cancelled while connecting: hand it back when that ends
-            _give_back_later(pool, checkout)
-            raise
+    conn = await _kept_connection(pool, op)
+    if conn is None:
+        conn = await _checkout_now(pool, op)
     clean = False
     try:
         result = await op.on_connection(conn)
@@ -148,7 +148,60 @@ async def call(client: Any, op: Op) -> Any:
         clean = True  # an error reply is a complete reply
         raise
     finally:
-        await _hand_back(pool, conn, clean)
+        if not (clean and _keep(pool, conn)):
+            await _hand_back(pool, conn, clean)
+
+
+async def _checkout_now(pool: Any, op: Op) -> Any:
+    if _connected_one_is_next(pool):
+        return await _checkout(pool, op)  # no connect to cut short: no task of its own
+    checkout = asyncio.ensure_future(_checkout(pool, op))
+    try:
+        return await asyncio.shield(checkout)
+    except BaseException:  # cancelled while connecting: hand it back when that ends
+        _give_back_later(pool, checkout)
+        raise
+
+
+def _keep(pool: Any, conn: Any) -> bool:
+    """Keep ``conn`` for the next lock call of this loop instead of handing it back.
+
+    Taking a connection out of redis-py's blocking pool and giving it back (a lock, a
+    condition, its metrics hooks) costs more than the rest of an uncontended lock call
+    here. One connection per pool is kept, still checked out, and only while the pool
+    has others to give: nobody waits on the pool for the one kept. Closing the client
+    closes it (:func:`release_kept`); a call that finds it closed by the server hands it
+    back and checks out another.
+    """
+    if pool in _kept or pool in _retired or not getattr(conn, "is_connected", False):
+        return False
+    has_room = getattr(pool, "can_get_connection", None)  # redis-py's asyncio pools (5.x-8.x)
+    if has_room is None or not has_room():
+        return False  # someone may be waiting for this connection
+    _kept[pool] = conn
+    return True
+
+
+async def _kept_connection(pool: Any, op: Op) -> Any:
+    """The connection the last call kept (:func:`_keep`), if it is ready for ``op``."""
+    conn = _kept.pop(pool, None)
+    if conn is None:
+        return None
+    if pool in _retired or not conn.is_connected or _closed_while_idle(conn):
+        await _hand_back(pool, conn, clean=False)
+        return None
+    loaded = _loaded.get(pool, ())
+    if any(script.sha not in loaded for script in op.scripts):
+        await _hand_back(pool, conn, clean=True)  # the checkout loads them
+        return None
+    return conn
+
+
+async def release_kept(pool: Any) -> None:
+    """Hand the connection kept for the next call back to ``pool`` (before closing it)."""
+    conn = _kept.pop(pool, None)
+    if conn is not None:
+        await pool.release(conn)
 
 
 async def call_within(client: Any, op: Op, deadline: float, connect_budget: float) -> Any:

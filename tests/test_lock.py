@@ -241,7 +241,7 @@ def _async_pool_connections():
     from django_redislock.connection import _async_clients
 
     pool = _async_clients[asyncio.get_running_loop()]["default"].connection_pool
-    return list(pool._available_connections)
+    return [*pool._available_connections, *pool._in_use_connections]
 
 
 def test_decode_responses_connection(lock_backend, settings):
