@@ -1,8 +1,9 @@
-"""The connection an async lock call keeps for the next one (``leases._keep``).
+"""The connection a lock call keeps for the next one (async: ``leases._keep``; sync:
+``wire._keep_or_release``).
 
 Checking a connection out of redis-py's blocking pool and back costs more than the rest
-of an uncontended async lock call, so a finished call keeps its connection for the next
-call of the same loop. These tests hold the promises that come with it: the pool is not
+of an uncontended lock call, so a finished call keeps its connection for the next call
+(async: of the same loop). These tests hold the promises that come with it: the pool is not
 used while the kept one serves, nobody waits on the pool for it, and closing the client
 (loop shutdown, settings change) closes it too.
 """
@@ -10,12 +11,15 @@ used while the kept one serves, nobody waits on the pool for it, and closing the
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 from typing import Any
 
+import redis
 import redis.asyncio
 
 from django_redislock import Lock, leases
-from django_redislock.connection import _async_clients, reset_clients
+from django_redislock.connection import _async_clients, lock_client, reset_clients
+from django_redislock.transports import wire
 
 
 def _pool() -> Any:
@@ -86,3 +90,65 @@ async def test_a_settings_change_closes_the_kept_connection(real_backend: Any) -
         await asyncio.sleep(0.01)
     assert not kept.is_connected
     assert pool not in leases._kept
+
+
+def test_consecutive_sync_calls_reuse_one_connection_without_the_pool(
+    real_backend: Any, monkeypatch: Any
+) -> None:
+    lock = Lock("kept-sync", ttl=5)
+    with lock:
+        pass
+    pool = lock_client("default").connection_pool
+    kept = wire._kept[pool]
+    checkouts = []
+    own = redis.BlockingConnectionPool.get_connection
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        checkouts.append(self)
+        return own(self, *args, **kwargs)
+
+    monkeypatch.setattr(redis.BlockingConnectionPool, "get_connection", counted)
+    for _ in range(3):
+        with lock:
+            assert real_backend.client().get("redislock:{kept-sync}") == lock.token.encode()
+    assert checkouts == []
+    assert wire._kept[pool] is kept
+
+
+def test_a_sync_pool_with_no_other_connection_to_give_keeps_none(real_backend: Any) -> None:
+    pool = redis.BlockingConnectionPool.from_url(real_backend.url, max_connections=1, timeout=0.5)
+    try:
+        assert wire._Direct(pool).send("PING") == b"PONG"
+        assert pool not in wire._kept
+        pool.release(pool.get_connection())  # at once: the one connection is back
+    finally:
+        pool.disconnect()
+
+
+def test_a_settings_change_closes_the_kept_sync_connection(real_backend: Any) -> None:
+    with Lock("kept-sync-reset", ttl=5):
+        pass
+    kept = wire._kept[lock_client("default").connection_pool]
+    reset_clients()
+    assert kept._sock is None
+
+
+def _cycle_in_child(queue: Any) -> None:
+    kept_from_parent = len(wire._kept)
+    with Lock("kept-fork", ttl=5) as lock:
+        queue.put((kept_from_parent, lock.fence))
+
+
+def test_a_forked_child_does_not_use_the_parents_kept_connection(real_backend: Any) -> None:
+    with Lock("kept-fork", ttl=5):
+        pass
+    pool = lock_client("default").connection_pool
+    kept = wire._kept[pool]
+    queue: Any = multiprocessing.get_context("fork").Queue()
+    child = multiprocessing.get_context("fork").Process(target=_cycle_in_child, args=(queue,))
+    child.start()
+    assert queue.get(timeout=30) == (0, 2)
+    child.join(30)
+    with Lock("kept-fork", ttl=5) as lock:  # the parent's connection still answers
+        assert lock.fence == 3
+    assert wire._kept[pool] is kept

@@ -11,6 +11,9 @@ alone (with its ``WAIT``), so nothing runs twice.
 from __future__ import annotations
 
 import asyncio
+import os
+import select
+import weakref
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol
 
@@ -131,12 +134,77 @@ class _Direct:
 
     def send(self, *args: Any) -> Any:
         pool = self.pool
-        conn = leases.get_connection(pool)
+        conn = _take_kept(pool) or leases.get_connection(pool)
         try:
             conn.send_packed_command(_pack(conn, args))
-            return conn.read_response()
-        finally:
-            pool.release(conn)
+            reply = conn.read_response()
+        except ResponseError:
+            _keep_or_release(pool, conn)  # an error reply is a complete reply
+            raise
+        except BaseException:
+            pool.release(conn)  # it disconnected itself
+            raise
+        _keep_or_release(pool, conn)
+        return reply
+
+
+# Per pool, one idle connection the last lock call kept for the next, still checked out:
+# redis-py's blocking pool's checkout and return (a queue, its lock, metrics hooks, a
+# readiness poll) cost more than the rest of an uncontended lock call. Kept only while
+# the pool has others to give, so nobody waits on the pool for it; closing the pool
+# closes it; dropped in a forked child (the parent's socket).
+_kept: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
+def _take_kept(pool: Any) -> Any:
+    """The connection kept for ``pool`` if it is ready (connected, nothing to read)."""
+    conn = _kept.pop(pool, None)  # one thread gets it: dict.pop under the GIL
+    if conn is None:
+        return None
+    if _nothing_to_read(conn):
+        return conn
+    conn.disconnect()  # the server closed it while it sat kept (or it is dirty)
+    pool.release(conn)
+    return None
+
+
+def _nothing_to_read(conn: Any) -> bool:
+    """An open connection with nothing to read: end-of-stream or bytes on an idle one
+    mean the server closed it or it is dirty. One ``poll`` where there is one (redis-py's
+    ``can_read`` takes a socket timeout change, a read and another change; ``select``
+    fails on descriptors past 1023)."""
+    sock = conn._sock
+    if sock is None:
+        return False
+    poll = getattr(select, "poll", None)  # not on Windows, nor under eventlet's patching
+    try:
+        if poll is None:
+            return not conn.can_read(timeout=0)
+        poller = poll()
+        poller.register(sock, select.POLLIN)
+        return not poller.poll(0)
+    except Exception:  # closed under us
+        return False
+
+
+def _keep_or_release(pool: Any, conn: Any) -> None:
+    idle = getattr(pool, "pool", None)  # a BlockingConnectionPool's queue of connections
+    if (
+        type(pool) is redis.BlockingConnectionPool
+        and idle is not None
+        and not idle.empty()  # others to give: nobody waits on the pool for this one
+        and conn._sock is not None
+        and _kept.setdefault(pool, conn) is conn
+    ):
+        return
+    pool.release(conn)
+
+
+def _forget_kept() -> None:
+    _kept.clear()  # a forked child must not use its parent's sockets
+
+
+os.register_at_fork(after_in_child=_forget_kept)
 
 
 def _pack(conn: Any, args: tuple[Any, ...]) -> Any:
