@@ -61,7 +61,12 @@ class Attempts:
             )
         )
         #: ms this acquire has waited, sent with each attempt: longest waiter first.
-        self.waited_ms = 0
+        #: Above 0, a refused attempt claims the next turn or a place in line. A waiter
+        #: already subscribed can be handed the lock from its first attempt on; one
+        #: that will not wait (``blocking=False``, ``timeout=0``) takes no place: a
+        #: release would hand it a lock it has left.
+        will_wait = self.deadline is None or self.deadline > self.first
+        self.waited_ms = 1 if self.waiter is not None and will_wait else 0
         lock.busy_holder = None
         # The last refused attempt: clock() before it was sent, the server's clock (ms).
         self.refused_sent = self.first

@@ -32,6 +32,12 @@ def current_thread_label() -> str:
 SEPARATOR = "\x1f"
 
 
+def _plain(text: str) -> str:
+    # Neither this string's separator nor the one between places in a lock's line of
+    # waiters (RS, scripts/line.lua), which carries the description too.
+    return text.replace(SEPARATOR, " ").replace("\x1e", " ")
+
+
 def holder_description(purpose: str | None, watchdog: bool, ttl_ms: int) -> str:
     """host, pid, thread, purpose, acquired-at, watchdog flag and TTL, in one string.
 
@@ -42,8 +48,8 @@ def holder_description(purpose: str | None, watchdog: bool, ttl_ms: int) -> str:
         (
             hostname(),
             str(os.getpid()),
-            current_thread_label().replace(SEPARATOR, " "),
-            (purpose or "").replace(SEPARATOR, " "),
+            _plain(current_thread_label()),
+            _plain(purpose or ""),
             repr(time.time()),
             "1" if watchdog else "0",
             str(ttl_ms),

@@ -2,9 +2,10 @@
 
 A lock named ``N`` under prefix ``P`` keeps every key in one hash slot by
 wrapping the name in a hash tag: ``P:{N}`` holds the token, and companion keys
-``P:{N}:fence`` (counter, no TTL), ``P:{N}:meta`` (holder metadata, same TTL)
-and ``P:{N}:claim`` (the longest waiter's claim on the next turn, short TTL)
-live beside it. Releases are published on channel ``P:{N}:released``.
+``P:{N}:fence`` (counter, no TTL), ``P:{N}:meta`` (holder metadata, same TTL),
+``P:{N}:claim`` (the longest waiter's claim on the next turn, short TTL) and
+``P:{N}:line`` (the waiters behind it, each place with its own deadline) live
+beside it. Releases are published on channel ``P:{N}:released``.
 """
 
 from __future__ import annotations
@@ -87,11 +88,20 @@ class LockKeys:
     meta: str
     channel: str
     claim: str
+    line: str
 
     @classmethod
     def build(cls, prefix: str, name: str) -> LockKeys:
         key = f"{prefix}:{{{name}}}"
-        return cls(name, key, f"{key}:fence", f"{key}:meta", f"{key}:released", f"{key}:claim")
+        return cls(
+            name,
+            key,
+            f"{key}:fence",
+            f"{key}:meta",
+            f"{key}:released",
+            f"{key}:claim",
+            f"{key}:line",
+        )
 
 
 def name_from_key(prefix: str, key: str) -> str | None:

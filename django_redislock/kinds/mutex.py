@@ -89,7 +89,14 @@ class Mutex(KindOptions):
     (``False`` for Redlock, whose waiters take turns by retrying).
     """
 
-    __slots__ = ("_acquire_keys", "_extend_keys", "_release_keys", "claim_ms")
+    __slots__ = (
+        "_acquire_keys",
+        "_extend_keys",
+        "_release_args",
+        "_release_keys",
+        "_unclaim_keys",
+        "claim_ms",
+    )
 
     #: The kind's name in inspection and the registry.
     kind = "lock"
@@ -104,11 +111,17 @@ class Mutex(KindOptions):
     ) -> None:
         super().__init__(keys, **options)
         self.claim_ms = claim_ms
-        claim = [] if claim_ms is None else [keys.claim]
-        self._acquire_keys = (keys.key, keys.fence, keys.meta, *claim)
+        # With claims, the waiters behind the claimant wait in a line (scripts/line.lua).
+        line = () if claim_ms is None else (keys.line,)
+        claims = (keys.claim, *line) if line else ()
+        self._acquire_keys = (keys.key, keys.fence, keys.meta, *claims)
         self._release_keys = (
-            (keys.key, keys.meta, keys.claim, keys.fence) if hand_over else (keys.key, keys.meta)
+            (keys.key, keys.meta, keys.claim, keys.fence, *line)
+            if hand_over
+            else (keys.key, keys.meta)
         )
+        self._release_args = (keys.channel, claim_ms) if line and hand_over else (keys.channel,)
+        self._unclaim_keys = (keys.claim, keys.key, keys.meta, *line)
         self._extend_keys = (keys.key, keys.meta)
 
     @classmethod
@@ -133,7 +146,7 @@ class Mutex(KindOptions):
 
     def release(self, token: str) -> Operation:
         """Compare-token-and-delete, waking (or handing over to) the waiters: True if ours."""
-        return Operation(RELEASE, self._release_keys, (token, self.keys.channel), is_one)
+        return Operation(RELEASE, self._release_keys, (token, *self._release_args), is_one)
 
     def extend(self, token: str, ttl_ms: int | None = None) -> Operation:
         """Reset the TTL if ``token`` still holds the lock: True if it did."""
@@ -142,8 +155,7 @@ class Mutex(KindOptions):
 
     def unclaim(self, token: str) -> Operation:
         """A waiter leaves: drop its claim (or release what was handed to it meanwhile)."""
-        keys = self.keys
-        return Operation(UNCLAIM, (keys.claim, keys.key, keys.meta), (token, keys.channel), raw)
+        return Operation(UNCLAIM, self._unclaim_keys, (token, self.keys.channel), raw)
 
     def fence_raise(self, token: str, fence: int) -> Operation:
         """Raise this node's counter to ``fence`` while ``token`` holds it (Redlock): True if so."""

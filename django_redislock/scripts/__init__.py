@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from importlib import resources
 
 from ..wakeups import lua_prelude
@@ -22,11 +23,18 @@ class Script:
             if source is None
             else source
         )
-        self.source = lua_prelude(text) + text
+        self.source = lua_prelude(text) + _libraries(text) + text
         self.sha = hashlib.sha1(self.source.encode("utf-8")).hexdigest()
 
     def __repr__(self) -> str:
         return f"<Script {self.name} {self.sha[:8]}>"
+
+
+def _libraries(source: str) -> str:
+    """The Lua helpers ``source`` calls (``line_*``: ``line.lua``), to prepend to it."""
+    if not re.search(r"\bline_\w+\(", source):
+        return ""
+    return resources.files(__package__).joinpath("line.lua").read_text("utf-8")
 
 
 ACQUIRE = Script("acquire")

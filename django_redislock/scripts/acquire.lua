@@ -6,6 +6,8 @@
 -- KEYS[4] optional claim of the longest waiter on the next turn, short TTL:
 --         "token:waited_ms:ttl_ms:fencing:holder" (what release.lua needs to
 --         hand the lock straight to it)
+-- KEYS[5] optional line of the waiters behind the claimant (line.lua): a refused
+--         waiter takes a place in it, which release.lua hands the next turn to
 -- ARGV[1] token, ARGV[2] TTL in ms, ARGV[3] '1' to bump the fence, '0' not to,
 -- ARGV[4] holder description, ARGV[5] ms this caller has waited so far,
 -- ARGV[6] claim TTL in ms
@@ -26,28 +28,36 @@ if current == ARGV[1] then
   return {1, tonumber(redis.call('HGET', KEYS[3], 'fence') or '0')}
 end
 local waited = tonumber(ARGV[5] or '0')
-local claimant, claimed = nil, -1
+local claimant, claimed, claim = nil, -1, nil
 if KEYS[4] then
-  local claim = redis.call('GET', KEYS[4])
+  claim = redis.call('GET', KEYS[4])
   if claim then
     local who, how_long = string.match(claim, '^([^:]+):(%d+):')
     claimant, claimed = who, tonumber(how_long)
   end
 end
 if current or (claimant and claimant ~= ARGV[1] and claimed > waited) then
-  -- Held, or a longer waiter has the next turn. The longest waiter claims it.
-  if KEYS[4] and waited > 0 and (claimant == nil or claimant == ARGV[1] or waited > claimed) then
-    redis.call('SET', KEYS[4], ARGV[1] .. ':' .. waited .. ':' .. ARGV[2] .. ':' .. ARGV[3]
-      .. ':' .. ARGV[4], 'PX', ARGV[6])
+  -- Only a waiter with a claim key can be handed the lock.
+  local now_ms = KEYS[4] and line_clock() or -1
+  local line = now_ms >= 0 and KEYS[5]
+  -- Held, or a longer waiter has the next turn. The longest waiter claims it; the
+  -- others take a place in the line behind it.
+  if KEYS[4] and waited > 0 then
+    local mine = ARGV[1] .. ':' .. waited .. ':' .. ARGV[2] .. ':' .. ARGV[3] .. ':' .. ARGV[4]
+    if claimant == nil or claimant == ARGV[1] or waited > claimed then
+      if line then
+        if claimant and claimant ~= ARGV[1] then  -- displaced: it goes next
+          local left = redis.call('PTTL', KEYS[4])
+          line_place(KEYS[5], now_ms, claimant, claim, left > 0 and left or ARGV[6], true)
+        end
+        line_leave(KEYS[5], now_ms, ARGV[1])
+      end
+      redis.call('SET', KEYS[4], mine, 'PX', ARGV[6])
+    elseif line then
+      line_place(KEYS[5], now_ms, ARGV[1], mine, ARGV[6], false)
+    end
   end
   local wait = redis.call('PTTL', current and KEYS[1] or KEYS[4])
-  -- Only a waiter with a claim key can be handed the lock. pcall: an ACL without
-  -- TIME only costs the heir of a hand-off a confirming attempt.
-  local now = KEYS[4] and redis.pcall('TIME')
-  local now_ms = -1
-  if now and not now.err then
-    now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-  end
   if not current then
     return {0, wait, now_ms}
   end
@@ -57,6 +67,12 @@ if current or (claimant and claimant ~= ARGV[1] and claimed > waited) then
 end
 if claimant == ARGV[1] then
   redis.call('DEL', KEYS[4])
+end
+if KEYS[5] and waited > 0 then  -- a waiter got it: its place in the line goes
+  local now_ms = line_clock()
+  if now_ms >= 0 then
+    line_leave(KEYS[5], now_ms, ARGV[1])
+  end
 end
 local fence = 0
 if ARGV[3] == '1' then

@@ -2,9 +2,13 @@
 -- With a claim (the longest waiter's, see acquire.lua) the lock is handed
 -- straight to that waiter: it learns it holds the lock from the message, with
 -- no round trip of its own.
+-- With a line of waiters behind the claimant (line.lua), the first of them
+-- becomes the claimant of the turn after, and with no claim the first is handed
+-- the lock: every release of a lock others wait for is a hand-off.
 -- KEYS[1] lock key, KEYS[2] holder metadata,
--- KEYS[3] optional claim ("token:waited:ttl_ms:fencing:holder"), KEYS[4] fence counter
--- ARGV[1] token, ARGV[2] release channel
+-- KEYS[3] optional claim ("token:waited:ttl_ms:fencing:holder"), KEYS[4] fence counter,
+-- KEYS[5] optional line
+-- ARGV[1] token, ARGV[2] release channel, ARGV[3] claim TTL in ms (with KEYS[5])
 -- Publishes WAKE_FREE (free: the longest waiter tries again) or
 -- WAKE_HANDED_TO .. '<token>:<fence>:<ms>' (handed to that waiter at the server's
 -- clock <ms>, TIME in ms: the handed key expires at <ms> + its TTL, which the waiter
@@ -17,6 +21,12 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then
 end
 redis.call('DEL', KEYS[1], KEYS[2])
 local claim = KEYS[3] and redis.call('GET', KEYS[3])
+-- Without it (ACL) there is no line, and the heir confirms the hand-off with an attempt.
+local now_ms = (claim or KEYS[5]) and line_clock() or -1
+local line = now_ms >= 0 and KEYS[5]
+if line and not claim then
+  claim = line_pop(KEYS[5], now_ms)
+end
 if claim then
   local heir, ttl, fencing, holder = string.match(claim, '^([^:]+):%d+:(%d+):([01]):(.*)$')
   if heir then
@@ -28,10 +38,15 @@ if claim then
     redis.call('HSET', KEYS[2], 'fence', fence, 'holder', holder)
     redis.call('PEXPIRE', KEYS[2], ttl)
     redis.call('SET', KEYS[1], heir, 'PX', ttl)
+    if line then
+      local next_claim = line_pop(KEYS[5], now_ms)
+      if next_claim then
+        redis.call('SET', KEYS[3], next_claim, 'PX', ARGV[3])
+      end
+    end
     local at = ''
-    local now = redis.pcall('TIME')  -- without it (ACL) the heir confirms with an attempt
-    if not now.err then
-      at = ':' .. now[1] .. string.format('%03d', math.floor(now[2] / 1000))
+    if now_ms >= 0 then
+      at = ':' .. now_ms
     end
     redis.call('PUBLISH', ARGV[2], WAKE_HANDED_TO .. heir .. ':' .. fence .. at)
     return 1

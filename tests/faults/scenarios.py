@@ -394,6 +394,10 @@ def lost_acquire_reply(lab: Lab, protected: bool) -> RunResult:
         with (
             lock_settings(proxy.url, SOCKET_TIMEOUT=0.2),
             patched(BaseLock, "_do_cleanup", lambda self, token: None, active=not protected),
+            # A waiter's unclaim also deletes a key holding its token (a hand-off it left):
+            # a subscribed waiter takes its place in line on its first attempt, so it is
+            # part of the same clean-up.
+            patched(BaseLock, "_do_unclaim", lambda self, token: None, active=not protected),
         ):
             lock = Lock("lost-acquire-reply", connection=ALIAS, ttl=30)
             assert lock.acquire() and lock.release() is None  # warm: scripts loaded
@@ -956,6 +960,7 @@ def lifecycle(lab: Lab, protected: bool) -> RunResult:
         with (
             lock_settings(proxy.url, SOCKET_TIMEOUT=2.0),
             patched(BaseLock, "_ado_cleanup", noop, active=not protected),
+            patched(BaseLock, "_ado_unclaim", noop, active=not protected),  # (see above)
         ):
             asyncio.run(main())
             sync_part()

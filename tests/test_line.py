@@ -1,0 +1,149 @@
+"""A Lock's line of waiters (``scripts/line.lua``): a refused waiter takes a place
+behind the claimant, and a release hands the lock to the claimant and makes the first
+in line the claimant of the turn after, so every release of a lock others wait for is
+a hand-off, and a waiter is refused once per acquisition.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from django_redislock import Lock
+from django_redislock.holder import parse_holder
+from tests.support.polling import wait_until
+
+
+def _attempts_of(lock: Lock, sent: list[tuple[str, int]]) -> None:
+    real = lock._do_acquire
+
+    def counted(token: str, waited_ms: int) -> Any:
+        sent.append((token, waited_ms))
+        return real(token, waited_ms)
+
+    lock._do_acquire = counted  # type: ignore[method-assign]
+
+
+def _warm_the_channel(holder: Lock) -> None:
+    """Have this process subscribed to ``holder``'s channel: a waiter that got it."""
+    from django_redislock.connection import lock_client
+
+    waiter = Lock(holder.name, timeout=20)
+    thread = threading.Thread(target=waiter.acquire)
+    thread.start()
+    assert wait_until(lambda: lock_client("default").get(holder.keys.claim) is not None)
+    holder.release()
+    thread.join(20)
+    waiter.release()
+    assert holder.acquire(blocking=False)
+
+
+def _places(lock: Lock) -> list[str]:
+    """The tokens in ``lock``'s line, first first (the claimant not included)."""
+    from django_redislock.connection import lock_client
+
+    line = lock_client("default").get(lock.keys.line)
+    records = [] if line is None else line.decode().split("\x1e")
+    return [record.split(":")[1] for record in records]
+
+
+def _claimant(client: Any, lock: Lock) -> str | None:
+    claim = client.get(lock.keys.claim)
+    return None if claim is None else claim.decode().split(":", 1)[0]
+
+
+def test_waiters_take_turns_in_line_with_one_attempt_each(real_backend: Any) -> None:
+    client = real_backend.client()
+    holder = Lock("line", ttl=30)
+    assert holder.acquire()
+    _warm_the_channel(holder)
+    waiters = [Lock("line", ttl=30, timeout=20) for _ in range(3)]
+    sent: list[list[tuple[str, int]]] = [[] for _ in waiters]
+    order: list[int] = []
+    threads = []
+
+    def wait_turn(index: int) -> None:
+        assert waiters[index].acquire()
+        order.append(index)
+        waiters[index].release()
+
+    for index, waiter in enumerate(waiters):
+        _attempts_of(waiter, sent[index])
+        threads.append(threading.Thread(target=wait_turn, args=(index,)))
+        threads[-1].start()
+        assert wait_until(lambda i=index: len(sent[i]) == 1)
+    # The first claims the next turn, the others queue behind it in arrival order.
+    tokens = [attempts[0][0] for attempts in sent]
+    assert _claimant(client, holder) == tokens[0]
+    assert _places(holder) == tokens[1:]
+    holder.release()
+    for thread in threads:
+        thread.join(20)
+    assert order == [0, 1, 2]
+    # Each was handed the lock: refused once, never asked again.
+    assert [[waited for _, waited in attempts] for attempts in sent] == [[1], [1], [1]]
+    assert client.get(holder.keys.line) is None and client.get(holder.keys.claim) is None
+
+
+def test_a_place_past_its_deadline_is_passed_over(real_backend: Any) -> None:
+    client = real_backend.client()
+    holder = Lock("line-stale", ttl=30)
+    assert holder.acquire()
+    _warm_the_channel(holder)
+    first = Lock("line-stale", ttl=30, timeout=20)
+    got = []
+    thread = threading.Thread(target=lambda: got.append(first.acquire()))
+    thread.start()
+    assert wait_until(lambda: _claimant(client, holder) is not None)
+    # A waiter that died in line: its place's deadline passed without a renewal.
+    seconds, micros = client.time()
+    gone = seconds * 1000 + micros // 1000 - 1
+    client.set(holder.keys.line, f"{gone}:ghost:5:30000:1:someone", px=5000)
+    holder.release()  # to the claimant; the ghost does not become the next claimant
+    thread.join(20)
+    assert got == [True]
+    assert client.get(holder.keys.claim) is None and client.get(holder.keys.line) is None
+    first.release()
+    assert client.get(holder.keys.key) is None  # nobody was handed it: free
+
+
+def test_a_waiter_that_gives_up_leaves_the_line(real_backend: Any) -> None:
+    client = real_backend.client()
+    holder = Lock("line-leave", ttl=30)
+    assert holder.acquire()
+    _warm_the_channel(holder)
+    claimant = Lock("line-leave", ttl=30, timeout=20)
+    impatient = Lock("line-leave", ttl=30, timeout=0.5)
+    threads = [threading.Thread(target=claimant.acquire)]
+    threads[0].start()
+    assert wait_until(lambda: _claimant(client, holder) is not None)
+    got = []
+    threads.append(threading.Thread(target=lambda: got.append(impatient.acquire())))
+    threads[1].start()
+    assert wait_until(lambda: len(_places(holder)) == 1)
+    threads[1].join(20)
+    assert got == [False] and _places(holder) == []  # its place went with it
+    holder.release()
+    threads[0].join(20)
+    assert claimant.owned()
+    claimant.release()
+
+
+def test_a_caller_that_will_not_wait_takes_no_place(real_backend: Any) -> None:
+    client = real_backend.client()
+    holder = Lock("line-no-wait", ttl=30)
+    assert holder.acquire()
+    _warm_the_channel(holder)
+    assert not Lock("line-no-wait").acquire(blocking=False)
+    assert not Lock("line-no-wait").acquire(timeout=0)
+    assert client.get(holder.keys.claim) is None and client.get(holder.keys.line) is None
+    holder.release()
+
+
+def test_a_holder_description_carries_no_line_separator(real_backend: Any) -> None:
+    with Lock("line-purpose", purpose="nightly\x1ereport") as lock:
+        assert parse_holder(_holder(real_backend, lock))["purpose"] == "nightly report"
+
+
+def _holder(backend: Any, lock: Lock) -> str:
+    return backend.client().hget(lock.keys.meta, "holder").decode()
