@@ -6,6 +6,11 @@ thread blocked in ``acquire`` or a task awaiting ``aacquire``) register for a
 lock name and are woken when a release for that name arrives. No connection is
 held per waiter and nobody polls Redis at a fixed interval.
 
+Each subscriber also listens on its process's own wake channel (``P:wake:<id>``,
+:func:`wake_id`): a waiter that claims a turn names it, and the release that hands
+the lock over publishes there, so only the heir's process wakes for a hand-off. The
+other messages (free, out of turn, a semaphore's turn) stay on the lock's channel.
+
 A waiter registers, waits for the subscription to be confirmed, then retries:
 a release that happened before the subscription is caught by that retry. If
 the subscriber is down, waiters fall back to jittered backoff (see
@@ -20,6 +25,7 @@ import contextlib
 import logging
 import os
 import random
+import secrets
 import select
 import socket
 import threading
@@ -185,6 +191,8 @@ class _AliasListener:
 
     def __init__(self, alias: str) -> None:
         self.alias = alias
+        #: This process's wake channel: hand-offs to its waiters arrive here.
+        self.own_channel = wake_channel()
         self._lock = threading.Lock()
         # Per channel, in arrival order: a release wakes the longest local waiter.
         self._waiters: dict[bytes, dict[Waiter, None]] = {}
@@ -344,6 +352,10 @@ class _AliasListener:
                 del self._linger[channel]
             stop = [ch for ch in expired if ch in self._subscribed and ch not in self._waiters]
             start = [ch for ch in self._waiters if ch not in self._subscribed]
+            if start and self.own_channel not in self._subscribed:
+                # First, so it is confirmed no later than any lock channel: a waiter on
+                # a confirmed channel may name it in a claim (the hand-off comes here).
+                start.insert(0, self.own_channel)
             self._subscribed.difference_update(stop)
             self._confirmed.difference_update(stop)
             self._subscribed.update(start)
@@ -371,7 +383,10 @@ class _AliasListener:
             if isinstance(data, str):
                 data = data.encode()
             with self._lock:
-                local = self._waiters.get(channel, {})
+                if channel == self.own_channel:  # a hand-off to one of ours, any lock
+                    local = {w: None for ws in self._waiters.values() for w in ws}
+                else:
+                    local = self._waiters.get(channel, {})
                 wakeup = decode(data) if isinstance(data, bytes) else Wakeup(everyone=False)
                 if wakeup.heir is not None:
                     # Handed straight to one waiter: if it is ours, it holds the
@@ -411,6 +426,21 @@ def _fileno(sock: Any) -> int | None:
 
 _listeners: dict[str, _AliasListener] = {}
 _listeners_lock = threading.Lock()
+#: This process's wake id (a new one in a forked child): see :func:`wake_id`.
+_wake_id = secrets.token_hex(8)
+
+
+def wake_id() -> str:
+    """This process's wake id: a waiter's claim names it, and the release that hands the
+    lock over publishes on :func:`wake_channel`, where only this process listens."""
+    return _wake_id
+
+
+def wake_channel() -> bytes:
+    """``P:wake:<id>``: under the key prefix, so an ACL's ``&P:*`` covers it."""
+    from .conf import get_config
+
+    return f"{get_config()['KEY_PREFIX']}:wake:{_wake_id}".encode()
 
 
 def _listener(alias: str) -> _AliasListener:
@@ -457,10 +487,12 @@ def _settings_changed(*, setting: str, **kwargs: Any) -> None:
 
 
 def _reset_after_fork() -> None:
-    # The subscriber thread does not exist in a forked child: start afresh.
-    global _listeners_lock
+    # The subscriber thread does not exist in a forked child: start afresh, with a wake
+    # id of its own (the parent's hand-offs must not wake the child, nor the reverse).
+    global _listeners_lock, _wake_id
     _listeners.clear()
     _listeners_lock = threading.Lock()
+    _wake_id = secrets.token_hex(8)
 
 
 os.register_at_fork(after_in_child=_reset_after_fork)

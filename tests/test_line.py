@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from django_redislock import Lock
+from django_redislock import Lock, waiting
 from django_redislock.holder import parse_holder
 from tests.support.polling import wait_until
 
@@ -18,24 +18,36 @@ def _attempts_of(lock: Lock, sent: list[tuple[str, int]]) -> None:
     real = lock._do_acquire
 
     def counted(token: str, waited_ms: int) -> Any:
-        sent.append((token, waited_ms))
-        return real(token, waited_ms)
+        reply = real(token, waited_ms)
+        sent.append((token, waited_ms))  # once Redis has it: the order is the line's
+        return reply
 
     lock._do_acquire = counted  # type: ignore[method-assign]
 
 
 def _warm_the_channel(holder: Lock) -> None:
-    """Have this process subscribed to ``holder``'s channel: a waiter that got it."""
+    """Have this process subscribed to ``holder``'s channel: a waiter that got it, and
+    gave it back to ``holder`` by a hand-off (a free release's message, read late, would
+    wake the next waiter of the test)."""
     from django_redislock.connection import lock_client
 
+    client = lock_client("default")
     waiter = Lock(holder.name, timeout=20)
     thread = threading.Thread(target=waiter.acquire)
     thread.start()
-    assert wait_until(lambda: lock_client("default").get(holder.keys.claim) is not None)
+    assert wait_until(lambda: client.get(holder.keys.claim) is not None)
     holder.release()
     thread.join(20)
+    thread = threading.Thread(target=holder.acquire, kwargs={"timeout": 20})
+    thread.start()
+    assert wait_until(lambda: client.get(holder.keys.claim) is not None)
     waiter.release()
-    assert holder.acquire(blocking=False)
+    thread.join(20)
+    assert holder.owned()
+    # Confirmed (a claim can come before the confirmation, on a loaded machine): now a
+    # waiter registers before its first attempt, which takes its place in line.
+    channel = holder.keys.channel.encode()
+    assert wait_until(lambda: waiting._listener("default").is_confirmed(channel), timeout=30)
 
 
 def _places(lock: Lock) -> list[str]:
@@ -71,7 +83,7 @@ def test_waiters_take_turns_in_line_with_one_attempt_each(real_backend: Any) -> 
         _attempts_of(waiter, sent[index])
         threads.append(threading.Thread(target=wait_turn, args=(index,)))
         threads[-1].start()
-        assert wait_until(lambda i=index: len(sent[i]) == 1)
+        assert wait_until(lambda i=index: len(sent[i]) >= 1), sent
     # The first claims the next turn, the others queue behind it in arrival order.
     tokens = [attempts[0][0] for attempts in sent]
     assert _claimant(client, holder) == tokens[0]
@@ -81,7 +93,7 @@ def test_waiters_take_turns_in_line_with_one_attempt_each(real_backend: Any) -> 
         thread.join(20)
     assert order == [0, 1, 2]
     # Each was handed the lock: refused once, never asked again.
-    assert [[waited for _, waited in attempts] for attempts in sent] == [[1], [1], [1]]
+    assert [[waited for _, waited in attempts] for attempts in sent] == [[1], [1], [1]], sent
     assert client.get(holder.keys.line) is None and client.get(holder.keys.claim) is None
 
 
@@ -147,3 +159,43 @@ def test_a_holder_description_carries_no_line_separator(real_backend: Any) -> No
 
 def _holder(backend: Any, lock: Lock) -> str:
     return backend.client().hget(lock.keys.meta, "holder").decode()
+
+
+def test_a_hand_off_is_published_on_the_heirs_wake_channel(real_backend: Any) -> None:
+    # Only the heir's process listens there: the other waiting processes sleep on.
+    client = real_backend.client()
+    pubsub = client.pubsub()
+    pubsub.psubscribe("redislock:*")
+    assert pubsub.get_message(timeout=5)["type"] == "psubscribe"
+    holder = Lock("line-wake", ttl=30)
+    assert holder.acquire()
+    waiter = Lock("line-wake", ttl=30, timeout=20)
+    thread = threading.Thread(target=waiter.acquire)
+    thread.start()
+    assert wait_until(lambda: _claimant(client, holder) is not None)
+    assert f"/{waiting.wake_id()}:" in client.get(holder.keys.claim).decode()
+    holder.release()
+    thread.join(20)
+    assert waiter.owned()
+    handed = []
+    while (message := pubsub.get_message(timeout=1)) is not None:
+        if message["type"] == "pmessage" and message["data"].startswith(b"G:"):
+            handed.append(message["channel"])
+    assert handed == [waiting.wake_channel()]
+    waiter.release()
+    pubsub.close()
+
+
+def _wake_id_in_child(queue: Any) -> None:
+    queue.put(waiting.wake_id())
+
+
+def test_a_forked_child_has_a_wake_id_of_its_own() -> None:
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    queue: Any = context.Queue()
+    child = context.Process(target=_wake_id_in_child, args=(queue,))
+    child.start()
+    assert queue.get(timeout=30) != waiting.wake_id()
+    child.join(30)

@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 
 from ..holder import holder_description
 from ..keys import LockKeys
+from ..waiting import wake_id
 from ..scripts import (
     ACQUIRE,
     EXTEND,
@@ -139,6 +140,7 @@ class Mutex(KindOptions):
             holder_description(self.purpose, self.watchdog, self.ttl_ms),
             waited_ms if claims else 0,
             self.claim_ms if claims else 0,
+            wake_id() if claims else "",
         )
         return Operation(
             ACQUIRE, self._acquire_keys, args, parse_acquire, durable=True, ttl_ms=self.ttl_ms

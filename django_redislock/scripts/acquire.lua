@@ -4,13 +4,15 @@
 -- KEYS[2] fence counter (integer, no TTL: it must never go back)
 -- KEYS[3] holder metadata (hash: fence, holder; same TTL as the lock)
 -- KEYS[4] optional claim of the longest waiter on the next turn, short TTL:
---         "token:waited_ms:ttl_ms:fencing:holder" (what release.lua needs to
+--         "token:waited_ms:ttl_ms:fencing[/wake]:holder" (what release.lua needs to
 --         hand the lock straight to it)
 -- KEYS[5] optional line of the waiters behind the claimant (line.lua): a refused
 --         waiter takes a place in it, which release.lua hands the next turn to
 -- ARGV[1] token, ARGV[2] TTL in ms, ARGV[3] '1' to bump the fence, '0' not to,
 -- ARGV[4] holder description, ARGV[5] ms this caller has waited so far,
--- ARGV[6] claim TTL in ms
+-- ARGV[6] claim TTL in ms, ARGV[7] optional wake id of the caller's process: its claim
+-- names it ("token:waited_ms:ttl_ms:fencing/wake:holder"), and the release that hands
+-- the lock over publishes on that process's wake channel, not the lock's
 -- Returns {1, fence} when acquired (fence 0 without fencing), or
 -- {0, ms, now_ms[, token, fence, holder]} with how long the caller may sleep
 -- before the next attempt (the holder's remaining TTL, or the remaining life of
@@ -43,7 +45,9 @@ if current or (claimant and claimant ~= ARGV[1] and claimed > waited) then
   -- Held, or a longer waiter has the next turn. The longest waiter claims it; the
   -- others take a place in the line behind it.
   if KEYS[4] and waited > 0 then
-    local mine = ARGV[1] .. ':' .. waited .. ':' .. ARGV[2] .. ':' .. ARGV[3] .. ':' .. ARGV[4]
+    local wake = (ARGV[7] and ARGV[7] ~= '') and ('/' .. ARGV[7]) or ''
+    local mine = ARGV[1] .. ':' .. waited .. ':' .. ARGV[2] .. ':' .. ARGV[3] .. wake .. ':'
+      .. ARGV[4]
     if claimant == nil or claimant == ARGV[1] or waited > claimed then
       if line then
         if claimant and claimant ~= ARGV[1] then  -- displaced: it goes next

@@ -6,11 +6,12 @@
 -- becomes the claimant of the turn after, and with no claim the first is handed
 -- the lock: every release of a lock others wait for is a hand-off.
 -- KEYS[1] lock key, KEYS[2] holder metadata,
--- KEYS[3] optional claim ("token:waited:ttl_ms:fencing:holder"), KEYS[4] fence counter,
+-- KEYS[3] optional claim ("token:waited:ttl_ms:fencing[/wake]:holder"), KEYS[4] fence counter,
 -- KEYS[5] optional line
 -- ARGV[1] token, ARGV[2] release channel, ARGV[3] claim TTL in ms (with KEYS[5])
 -- Publishes WAKE_FREE (free: the longest waiter tries again) or
--- WAKE_HANDED_TO .. '<token>:<fence>:<ms>' (handed to that waiter at the server's
+-- WAKE_HANDED_TO .. '<token>:<fence>:<ms>' (on the heir's process's wake channel,
+-- P:wake:<id>, when its claim names one; handed to that waiter at the server's
 -- clock <ms>, TIME in ms: the handed key expires at <ms> + its TTL, which the waiter
 -- checks against the clock reading of its last refused attempt, see acquire.lua;
 -- ':<ms>' is left out where the ACL refuses TIME).
@@ -28,7 +29,8 @@ if line and not claim then
   claim = line_pop(KEYS[5], now_ms)
 end
 if claim then
-  local heir, ttl, fencing, holder = string.match(claim, '^([^:]+):%d+:(%d+):([01]):(.*)$')
+  local heir, ttl, fencing, wake, holder =
+    string.match(claim, '^([^:]+):%d+:(%d+):([01])/?(%w*):(.*)$')
   if heir then
     redis.call('DEL', KEYS[3])
     local fence = 0
@@ -48,7 +50,10 @@ if claim then
     if now_ms >= 0 then
       at = ':' .. now_ms
     end
-    redis.call('PUBLISH', ARGV[2], WAKE_HANDED_TO .. heir .. ':' .. fence .. at)
+    -- Only the heir's process listens on its wake channel (under the key prefix).
+    local prefix = wake ~= '' and string.match(ARGV[2], '^(.-):{')
+    local channel = prefix and (prefix .. ':wake:' .. wake) or ARGV[2]
+    redis.call('PUBLISH', channel, WAKE_HANDED_TO .. heir .. ':' .. fence .. at)
     return 1
   end
 end
