@@ -11,7 +11,6 @@ from typing import Any, NamedTuple
 
 from ..holder import holder_description
 from ..keys import LockKeys
-from ..waiting import wake_id
 from ..scripts import (
     ACQUIRE,
     EXTEND,
@@ -21,6 +20,7 @@ from ..scripts import (
     RELEASE,
     UNCLAIM,
 )
+from ..waiting import wake_id
 from .holders import Holders, HolderState, holder_state
 from .operation import Operation, is_one, raw
 from .options import KindOptions
