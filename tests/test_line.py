@@ -25,6 +25,14 @@ def _attempts_of(lock: Lock, sent: list[tuple[str, int]]) -> None:
     lock._do_acquire = counted  # type: ignore[method-assign]
 
 
+def _warm_holder(name: str) -> Lock:
+    """A held lock, with this process subscribed to its channel."""
+    holder = Lock(name, ttl=30)
+    assert holder.acquire()
+    _warm_the_channel(holder)
+    return holder
+
+
 def _warm_the_channel(holder: Lock) -> None:
     """Have this process subscribed to ``holder``'s channel: a waiter that got it, and
     gave it back to ``holder`` by a hand-off (a free release's message, read late, would
@@ -66,9 +74,7 @@ def _claimant(client: Any, lock: Lock) -> str | None:
 
 def test_waiters_take_turns_in_line_with_one_attempt_each(real_backend: Any) -> None:
     client = real_backend.client()
-    holder = Lock("line", ttl=30)
-    assert holder.acquire()
-    _warm_the_channel(holder)
+    holder = _warm_holder("line")
     waiters = [Lock("line", ttl=30, timeout=20) for _ in range(3)]
     sent: list[list[tuple[str, int]]] = [[] for _ in waiters]
     order: list[int] = []
@@ -99,9 +105,7 @@ def test_waiters_take_turns_in_line_with_one_attempt_each(real_backend: Any) -> 
 
 def test_a_place_past_its_deadline_is_passed_over(real_backend: Any) -> None:
     client = real_backend.client()
-    holder = Lock("line-stale", ttl=30)
-    assert holder.acquire()
-    _warm_the_channel(holder)
+    holder = _warm_holder("line-stale")
     first = Lock("line-stale", ttl=30, timeout=20)
     got = []
     thread = threading.Thread(target=lambda: got.append(first.acquire()))
@@ -121,9 +125,7 @@ def test_a_place_past_its_deadline_is_passed_over(real_backend: Any) -> None:
 
 def test_a_waiter_that_gives_up_leaves_the_line(real_backend: Any) -> None:
     client = real_backend.client()
-    holder = Lock("line-leave", ttl=30)
-    assert holder.acquire()
-    _warm_the_channel(holder)
+    holder = _warm_holder("line-leave")
     claimant = Lock("line-leave", ttl=30, timeout=20)
     impatient = Lock("line-leave", ttl=30, timeout=0.5)
     threads = [threading.Thread(target=claimant.acquire)]
@@ -143,9 +145,7 @@ def test_a_waiter_that_gives_up_leaves_the_line(real_backend: Any) -> None:
 
 def test_a_caller_that_will_not_wait_takes_no_place(real_backend: Any) -> None:
     client = real_backend.client()
-    holder = Lock("line-no-wait", ttl=30)
-    assert holder.acquire()
-    _warm_the_channel(holder)
+    holder = _warm_holder("line-no-wait")
     assert not Lock("line-no-wait").acquire(blocking=False)
     assert not Lock("line-no-wait").acquire(timeout=0)
     assert client.get(holder.keys.claim) is None and client.get(holder.keys.line) is None
