@@ -323,10 +323,21 @@ def _closed_while_idle(conn: Any) -> bool:
     if sock is None:
         return False
     try:
-        readable, _, _ = select.select([sock], [], [], 0)
+        return readable_now(sock)
     except (OSError, ValueError):  # closed under us
         return True
-    return bool(readable)
+
+
+def readable_now(sock: Any) -> bool:
+    """Bytes or end-of-stream wait on ``sock``: one ``poll`` (``select`` refuses
+    descriptors past 1023, as a busy process has), ``select`` where there is no poll."""
+    poll = getattr(select, "poll", None)  # not on Windows, nor under eventlet's patching
+    if poll is None:
+        readable, _, _ = select.select([sock], [], [], 0)
+        return bool(readable)
+    poller = poll()
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 def get_connection(pool: Any) -> Any:

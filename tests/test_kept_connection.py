@@ -152,3 +152,29 @@ def test_a_forked_child_does_not_use_the_parents_kept_connection(real_backend: A
     with Lock("kept-fork", ttl=5) as lock:  # the parent's connection still answers
         assert lock.fence == 3
     assert wire._kept[pool] is kept
+
+
+def test_the_idle_check_works_past_descriptor_1023() -> None:
+    # A busy process (gunicorn with many clients) has sockets past 1023, which select()
+    # refuses: the check would call every kept or pooled connection closed.
+    import os
+    import resource
+    import socket
+
+    import pytest
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 2048:
+        pytest.skip("the descriptor limit is below 2048")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 2048), hard))
+    ours, theirs = socket.socketpair()
+    high = socket.socket(fileno=os.dup2(ours.fileno(), 1500))
+    try:
+        assert high.fileno() == 1500
+        assert leases.readable_now(high) is False
+        theirs.sendall(b"x")
+        assert leases.readable_now(high) is True
+    finally:
+        for sock in (high, ours, theirs):
+            sock.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import select
 import weakref
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol
@@ -170,19 +169,13 @@ def _take_kept(pool: Any) -> Any:
 
 def _nothing_to_read(conn: Any) -> bool:
     """An open connection with nothing to read: end-of-stream or bytes on an idle one
-    mean the server closed it or it is dirty. One ``poll`` where there is one (redis-py's
-    ``can_read`` takes a socket timeout change, a read and another change; ``select``
-    fails on descriptors past 1023)."""
+    mean the server closed it or it is dirty. One ``poll`` (redis-py's ``can_read`` is a
+    socket timeout change, a read and another change)."""
     sock = conn._sock
     if sock is None:
         return False
-    poll = getattr(select, "poll", None)  # not on Windows, nor under eventlet's patching
     try:
-        if poll is None:
-            return not conn.can_read(timeout=0)
-        poller = poll()
-        poller.register(sock, select.POLLIN)
-        return not poller.poll(0)
+        return not leases.readable_now(sock)
     except Exception:  # closed under us
         return False
 
