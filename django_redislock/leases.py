@@ -18,9 +18,11 @@ restart, an idle timeout) is reconnected before a lock command is sent on it
 (:func:`_reconnect_if_closed`): the pool's own check is not enough in every
 redis-py we support (8.1 skips it when maintenance notifications are "auto").
 
-A finished call keeps its connection, still checked out, for the next call of the
-same loop while the pool has others to give (:func:`_keep`): redis-py's blocking
-pool's checkout and return cost more than the rest of an uncontended lock call.
+A finished call keeps its connection, still checked out, for the next call (async:
+of the same loop; sync: :func:`take_kept`, :func:`keep_or_release`), one per pool, while
+the pool has others to give, so nobody waits on the pool for it: redis-py's blocking
+pool's checkout and return cost more than the rest of an uncontended lock call. Closing
+the client closes it; a forked child forgets the parent's.
 
 :func:`call` is for callers without a deadline; :func:`call_within` gives the
 command a deadline and getting the connection a budget of its own (connect,
@@ -34,11 +36,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import os
 import select
 import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import redis
 from redis.exceptions import ResponseError
 
 #: One command (or MULTI block) on a connection.
@@ -50,7 +54,7 @@ _loaded: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
 # Pools whose client was dropped (settings changed): a connection coming back
 # from a late call is disconnected instead of parked in a pool nobody uses.
 _retired: weakref.WeakSet[Any] = weakref.WeakSet()
-# Per pool, the idle connection the last lock call kept for the next one (see _keep).
+# Per pool (sync or asyncio), the idle connection the last lock call kept for the next.
 _kept: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 # Strong references to connection hand-backs that outlive their caller.
 _pending: set[Any] = set()
@@ -164,15 +168,8 @@ async def _checkout_now(pool: Any, op: Op) -> Any:
 
 
 def _keep(pool: Any, conn: Any) -> bool:
-    """Keep ``conn`` for the next lock call of this loop instead of handing it back.
-
-    Taking a connection out of redis-py's blocking pool and giving it back (a lock, a
-    condition, its metrics hooks) costs more than the rest of an uncontended lock call
-    here. One connection per pool is kept, still checked out, and only while the pool
-    has others to give: nobody waits on the pool for the one kept. Closing the client
-    closes it (:func:`release_kept`); a call that finds it closed by the server hands it
-    back and checks out another.
-    """
+    """Keep ``conn`` for the next lock call of this loop instead of handing it back (see
+    the module doc); a call that finds it closed by the server hands it back."""
     if pool in _kept or pool in _retired or not getattr(conn, "is_connected", False):
         return False
     has_room = getattr(pool, "can_get_connection", None)  # redis-py's asyncio pools (5.x-8.x)
@@ -338,6 +335,52 @@ def readable_now(sock: Any) -> bool:
     poller = poll()
     poller.register(sock, select.POLLIN)
     return bool(poller.poll(0))
+
+
+def take_kept(pool: Any) -> Any:
+    """Sync: the connection kept for ``pool`` if it is ready (connected, nothing to read)."""
+    conn = _kept.pop(pool, None)  # one thread gets it: dict.pop under the GIL
+    if conn is None:
+        return None
+    if _nothing_to_read(conn):
+        return conn
+    conn.disconnect()  # the server closed it while it sat kept (or it is dirty)
+    pool.release(conn)
+    return None
+
+
+def keep_or_release(pool: Any, conn: Any) -> None:
+    """Sync: keep ``conn`` for the next call while ``pool`` has others to give, else
+    give it back."""
+    idle = getattr(pool, "pool", None)  # a BlockingConnectionPool's queue of connections
+    if (
+        type(pool) is redis.BlockingConnectionPool
+        and idle is not None
+        and not idle.empty()  # others to give: nobody waits on the pool for this one
+        and conn._sock is not None
+        and _kept.setdefault(pool, conn) is conn
+    ):
+        return
+    pool.release(conn)
+
+
+def _nothing_to_read(conn: Any) -> bool:
+    # A sync connection, open, with nothing to read (one poll; redis-py's can_read is a
+    # socket timeout change, a read and another change).
+    sock = conn._sock
+    if sock is None:
+        return False
+    try:
+        return not readable_now(sock)
+    except Exception:  # closed under us
+        return False
+
+
+def _forget_kept() -> None:
+    _kept.clear()  # a forked child must not use its parent's sockets
+
+
+os.register_at_fork(after_in_child=_forget_kept)
 
 
 def get_connection(pool: Any) -> Any:

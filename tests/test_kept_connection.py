@@ -1,5 +1,5 @@
 """The connection a lock call keeps for the next one (async: ``leases._keep``; sync:
-``wire._keep_or_release``).
+``leases.keep_or_release``).
 
 Checking a connection out of redis-py's blocking pool and back costs more than the rest
 of an uncontended lock call, so a finished call keeps its connection for the next call
@@ -99,7 +99,7 @@ def test_consecutive_sync_calls_reuse_one_connection_without_the_pool(
     with lock:
         pass
     pool = lock_client("default").connection_pool
-    kept = wire._kept[pool]
+    kept = leases._kept[pool]
     checkouts = []
     own = redis.BlockingConnectionPool.get_connection
 
@@ -112,14 +112,14 @@ def test_consecutive_sync_calls_reuse_one_connection_without_the_pool(
         with lock:
             assert real_backend.client().get("redislock:{kept-sync}") == lock.token.encode()
     assert checkouts == []
-    assert wire._kept[pool] is kept
+    assert leases._kept[pool] is kept
 
 
 def test_a_sync_pool_with_no_other_connection_to_give_keeps_none(real_backend: Any) -> None:
     pool = redis.BlockingConnectionPool.from_url(real_backend.url, max_connections=1, timeout=0.5)
     try:
         assert wire._Direct(pool).send("PING") == b"PONG"
-        assert pool not in wire._kept
+        assert pool not in leases._kept
         pool.release(pool.get_connection())  # at once: the one connection is back
     finally:
         pool.disconnect()
@@ -128,13 +128,13 @@ def test_a_sync_pool_with_no_other_connection_to_give_keeps_none(real_backend: A
 def test_a_settings_change_closes_the_kept_sync_connection(real_backend: Any) -> None:
     with Lock("kept-sync-reset", ttl=5):
         pass
-    kept = wire._kept[lock_client("default").connection_pool]
+    kept = leases._kept[lock_client("default").connection_pool]
     reset_clients()
     assert kept._sock is None
 
 
 def _cycle_in_child(queue: Any) -> None:
-    kept_from_parent = len(wire._kept)
+    kept_from_parent = len(leases._kept)
     with Lock("kept-fork", ttl=5) as lock:
         queue.put((kept_from_parent, lock.fence))
 
@@ -143,7 +143,7 @@ def test_a_forked_child_does_not_use_the_parents_kept_connection(real_backend: A
     with Lock("kept-fork", ttl=5):
         pass
     pool = lock_client("default").connection_pool
-    kept = wire._kept[pool]
+    kept = leases._kept[pool]
     queue: Any = multiprocessing.get_context("fork").Queue()
     child = multiprocessing.get_context("fork").Process(target=_cycle_in_child, args=(queue,))
     child.start()
@@ -151,7 +151,7 @@ def test_a_forked_child_does_not_use_the_parents_kept_connection(real_backend: A
     child.join(30)
     with Lock("kept-fork", ttl=5) as lock:  # the parent's connection still answers
         assert lock.fence == 3
-    assert wire._kept[pool] is kept
+    assert leases._kept[pool] is kept
 
 
 def test_the_idle_check_works_past_descriptor_1023() -> None:

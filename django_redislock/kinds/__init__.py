@@ -8,5 +8,6 @@ decides how it reaches Redis.
 from .holders import Holders, HolderState
 from .mutex import Busy, Granted, Mutex
 from .operation import Operation
+from .options import KindOptions
 
-__all__ = ["Busy", "Granted", "HolderState", "Holders", "Mutex", "Operation"]
+__all__ = ["Busy", "Granted", "HolderState", "Holders", "KindOptions", "Mutex", "Operation"]

@@ -11,8 +11,6 @@ alone (with its ``WAIT``), so nothing runs twice.
 from __future__ import annotations
 
 import asyncio
-import os
-import weakref
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol
 
@@ -133,71 +131,18 @@ class _Direct:
 
     def send(self, *args: Any) -> Any:
         pool = self.pool
-        conn = _take_kept(pool) or leases.get_connection(pool)
+        conn = leases.take_kept(pool) or leases.get_connection(pool)
         try:
             conn.send_packed_command(_pack(conn, args))
             reply = conn.read_response()
         except ResponseError:
-            _keep_or_release(pool, conn)  # an error reply is a complete reply
+            leases.keep_or_release(pool, conn)  # an error reply is a complete reply
             raise
         except BaseException:
             pool.release(conn)  # it disconnected itself
             raise
-        _keep_or_release(pool, conn)
+        leases.keep_or_release(pool, conn)
         return reply
-
-
-# Per pool, one idle connection the last lock call kept for the next, still checked out:
-# redis-py's blocking pool's checkout and return (a queue, its lock, metrics hooks, a
-# readiness poll) cost more than the rest of an uncontended lock call. Kept only while
-# the pool has others to give, so nobody waits on the pool for it; closing the pool
-# closes it; dropped in a forked child (the parent's socket).
-_kept: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
-
-
-def _take_kept(pool: Any) -> Any:
-    """The connection kept for ``pool`` if it is ready (connected, nothing to read)."""
-    conn = _kept.pop(pool, None)  # one thread gets it: dict.pop under the GIL
-    if conn is None:
-        return None
-    if _nothing_to_read(conn):
-        return conn
-    conn.disconnect()  # the server closed it while it sat kept (or it is dirty)
-    pool.release(conn)
-    return None
-
-
-def _nothing_to_read(conn: Any) -> bool:
-    """An open connection with nothing to read: end-of-stream or bytes on an idle one
-    mean the server closed it or it is dirty. One ``poll`` (redis-py's ``can_read`` is a
-    socket timeout change, a read and another change)."""
-    sock = conn._sock
-    if sock is None:
-        return False
-    try:
-        return not leases.readable_now(sock)
-    except Exception:  # closed under us
-        return False
-
-
-def _keep_or_release(pool: Any, conn: Any) -> None:
-    idle = getattr(pool, "pool", None)  # a BlockingConnectionPool's queue of connections
-    if (
-        type(pool) is redis.BlockingConnectionPool
-        and idle is not None
-        and not idle.empty()  # others to give: nobody waits on the pool for this one
-        and conn._sock is not None
-        and _kept.setdefault(pool, conn) is conn
-    ):
-        return
-    pool.release(conn)
-
-
-def _forget_kept() -> None:
-    _kept.clear()  # a forked child must not use its parent's sockets
-
-
-os.register_at_fork(after_in_child=_forget_kept)
 
 
 def _pack(conn: Any, args: tuple[Any, ...]) -> Any:

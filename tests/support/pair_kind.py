@@ -16,7 +16,7 @@ from typing import Any
 
 from django_redislock import Lock, registry
 from django_redislock.holder import holder_description
-from django_redislock.keys import LockKeys
+from django_redislock.kinds import KindOptions
 from django_redislock.kinds.holders import Holders, holder_state
 from django_redislock.kinds.mutex import parse_acquire
 from django_redislock.kinds.operation import Operation, is_one, raw
@@ -145,33 +145,19 @@ def parse_holders(reply: Any) -> Holders:
     return Holders(tuple(sorted(states, key=lambda s: (s.fence, s.token))), LIMIT)
 
 
-class Pair:
-    """The operations of one pair lock (``kinds.interface.KindOperations``)."""
+class Pair(KindOptions):
+    """The operations of one pair lock (``kinds.interface.KindOperations``): the keys and
+    holder options come from ``KindOptions`` (keys alone: what inspection builds to read
+    and release)."""
+
+    __slots__ = ()
 
     kind = "pair"
-
-    def __init__(
-        self,
-        keys: LockKeys,
-        *,
-        ttl_ms: int = 0,
-        fencing: bool = True,
-        purpose: str | None = None,
-        watchdog: bool = False,
-    ) -> None:  # keys alone: what inspection builds to read and release
-        self.keys, self.ttl_ms, self.fencing = keys, ttl_ms, fencing
-        self.purpose, self.watchdog = purpose, watchdog
 
     @classmethod
     def of(cls, lock: Any, *, claim_ms: int | None) -> Pair:
         # No claims: waiters are woken by every release and race for the free place.
-        return cls(
-            lock.keys,
-            ttl_ms=lock._ttl_ms,
-            fencing=lock.fencing,
-            purpose=lock.purpose,
-            watchdog=lock.watchdog,
-        )
+        return cls(lock.keys, **KindOptions.read_from(lock))
 
     def _both(self) -> tuple[str, str]:
         return (self.keys.key, self.keys.meta)
