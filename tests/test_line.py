@@ -123,6 +123,24 @@ def test_a_place_past_its_deadline_is_passed_over(real_backend: Any) -> None:
     assert client.get(holder.keys.key) is None  # nobody was handed it: free
 
 
+def test_the_next_claim_lives_only_what_its_place_had_left(real_backend: Any) -> None:
+    # Two waiters of a killed process: the release hands the lock to the first (it is
+    # lost for its TTL) and makes the second the claimant of the turn after. Its claim
+    # must end when its place would have, not hold live waiters off for a fresh term.
+    client = real_backend.client()
+    holder = Lock("line-dead", ttl=30)
+    assert holder.acquire()
+    seconds, micros = client.time()
+    soon = seconds * 1000 + micros // 1000 + 800
+    client.set(holder.keys.claim, "dead1:5:1000:1:someone", px=2500)
+    client.set(holder.keys.line, f"{soon}:dead2:4:1000:1:someone", px=2500)
+    holder.release()
+    assert client.get(holder.keys.key) == b"dead1"
+    assert _claimant(client, holder) == "dead2"
+    assert 0 < client.pttl(holder.keys.claim) <= 800
+    client.delete(holder.keys.key, holder.keys.meta, holder.keys.claim)
+
+
 def test_a_waiter_that_gives_up_leaves_the_line(real_backend: Any) -> None:
     client = real_backend.client()
     holder = _warm_holder("line-leave")

@@ -243,7 +243,8 @@ def test_lost_on_lost_and_max_hold(lock_backend: Any) -> None:
     capped = Semaphore("exports", 2, ttl=0.3, watchdog=True, max_hold=0.6)
     assert capped.acquire(blocking=False)
     assert wait_until(lambda: capped.lost, timeout=5)  # the watchdog stopped at max_hold
-    assert not capped.owned()
+    # Reported at the holder's estimate, a renewal's trip before the server's expiry.
+    assert wait_until(lambda: not capped.owned(), timeout=1)
 
 
 def test_signals_name_the_semaphore(lock_backend: Any) -> None:

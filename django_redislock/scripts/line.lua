@@ -82,13 +82,15 @@ local function line_leave(key, now_ms, token)
   return false
 end
 
--- Take the first live place: its claim, or nil when nobody waits in line.
+-- Take the first live place: its claim and the ms its place has left (a waiter that
+-- died keeps no longer than it would have in line), or nil when nobody waits in line.
 local function line_pop(key, now_ms)
   local live = line_read(key, now_ms)
   local first = table.remove(live, 1)
   line_write(key, live, now_ms)
   if first then
-    return string.match(first, '^%d+:(.*)$')
+    local deadline, claim = string.match(first, '^(%d+):(.*)$')
+    return claim, math.max(1, tonumber(deadline) - now_ms)
   end
   return nil
 end

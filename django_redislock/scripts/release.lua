@@ -41,9 +41,11 @@ if claim then
     redis.call('PEXPIRE', KEYS[2], ttl)
     redis.call('SET', KEYS[1], heir, 'PX', ttl)
     if line then
-      local next_claim = line_pop(KEYS[5], now_ms)
+      -- The next claim lives what its place had left, not a fresh ARGV[3]: a dead
+      -- waiter's claim must not hold the turn after the one it was handed.
+      local next_claim, left = line_pop(KEYS[5], now_ms)
       if next_claim then
-        redis.call('SET', KEYS[3], next_claim, 'PX', ARGV[3])
+        redis.call('SET', KEYS[3], next_claim, 'PX', math.min(left, tonumber(ARGV[3])))
       end
     end
     local at = ''
