@@ -1,4 +1,4 @@
-"""Who holds a lock: the metadata written beside the token at acquire time."""
+"""Who holds a lock: the description written with the token at acquire time."""
 
 from __future__ import annotations
 
@@ -32,10 +32,19 @@ def current_thread_label() -> str:
 SEPARATOR = "\x1f"
 
 
+#: Separates a held lock's token, fence and holder description in its key
+#: (scripts/held.lua), and the places in a lock's line of waiters (scripts/line.lua).
+RECORD_SEPARATOR = "\x1e"
+
+
 def _plain(text: str) -> str:
-    # Neither this string's separator nor the one between places in a lock's line of
-    # waiters (RS, scripts/line.lua), which carries the description too.
-    return text.replace(SEPARATOR, " ").replace("\x1e", " ")
+    # Neither separator: both strings carry the description.
+    return text.replace(SEPARATOR, " ").replace(RECORD_SEPARATOR, " ")
+
+
+def held_token(value: str) -> str:
+    """The token in a held lock's key (``token RS fence RS holder``, or a bare token)."""
+    return value.partition(RECORD_SEPARATOR)[0]
 
 
 def holder_description(purpose: str | None, watchdog: bool, ttl_ms: int) -> str:

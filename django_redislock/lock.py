@@ -31,6 +31,7 @@ from .exceptions import (
     LockBackendUnavailable,
     RedisLockError,
 )
+from .holder import held_token
 from .keys import validate_seconds
 from .kinds.interface import KindOperations
 from .kinds.mutex import Attempt, Busy, Granted, Mutex, parse_acquire
@@ -129,7 +130,7 @@ class Lock(BaseLock):
         if not self._may_own():
             return False
         value = self._query(lambda c: c.get(self.key))
-        return value is not None and value.decode() == self.token
+        return value is not None and held_token(value.decode()) == self.token
 
     def remaining(self) -> float | None:
         """Seconds of TTL the lock has left, or ``None`` when nobody holds it."""
@@ -158,7 +159,7 @@ class Lock(BaseLock):
         if not self._may_own():
             return False
         value = await self._aquery("GET", self.key)
-        return value is not None and value.decode() == self.token
+        return value is not None and held_token(value.decode()) == self.token
 
     async def aremaining(self) -> float | None:
         """Async twin of :meth:`remaining`."""

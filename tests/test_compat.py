@@ -18,6 +18,7 @@ from django_redis import get_redis_connection
 from django_redislock import LockBackendUnavailable, LockNotOwned, RedisLockError, held_locks
 from django_redislock.compat import CacheLock, LockError, LockNotOwnedError
 from django_redislock.conf import get_config
+from tests.support.held import token_at
 
 CLIENT = "django_redislock.compat.RedisLockClient"
 
@@ -58,7 +59,7 @@ def test_the_switch_is_real(cache: Any, settings: Any) -> None:
 def test_lock(cache: Any, r: Any) -> None:
     lock = cache.lock("foo")
     assert lock.acquire(blocking=False)
-    assert r.get(lock.key) == lock.token.encode()
+    assert token_at(r, lock.key) == lock.token
     assert r.pttl(lock.key) > 0
     lock.release()
     assert r.get(lock.key) is None
@@ -67,11 +68,11 @@ def test_lock(cache: Any, r: Any) -> None:
 def test_lock_token(cache: Any, r: Any) -> None:
     lock = cache.lock("foo")
     assert lock.acquire(blocking=False, token="test-token")
-    assert r.get(lock.key) == b"test-token" and lock.token == "test-token"
+    assert token_at(r, lock.key) == "test-token" and lock.token == "test-token"
     assert lock.owned()
     lock.release()
     assert lock.acquire(blocking=False, token=b"bytes-token")
-    assert r.get(lock.key) == b"bytes-token"
+    assert token_at(r, lock.key) == "bytes-token"
     lock.release()
     assert lock.acquire(blocking=False)  # a fresh random token again
     assert lock.token not in ("test-token", "bytes-token")
@@ -166,7 +167,7 @@ def test_sleep_is_accepted_and_a_release_wakes_the_waiter(cache: Any) -> None:
 
 def test_context_manager(cache: Any, r: Any) -> None:
     with cache.lock("foo") as lock:
-        assert r.get(lock.key) == lock.token.encode()
+        assert token_at(r, lock.key) == lock.token
     assert r.get(lock.key) is None
 
 
@@ -197,7 +198,7 @@ def test_releasing_lock_no_longer_owned_raises_error(cache: Any, r: Any) -> None
     # Both except clauses work: redis-py's and this library's.
     assert isinstance(excinfo.value, LockNotOwned) and isinstance(excinfo.value, LockNotOwnedError)
     assert isinstance(excinfo.value, redis.exceptions.LockError)
-    assert r.get(lock.key) == b"a"  # not deleted
+    assert token_at(r, lock.key) == "a"  # not deleted
 
 
 def test_extend_lock(cache: Any, r: Any) -> None:

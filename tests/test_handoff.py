@@ -21,6 +21,7 @@ import pytest
 
 from django_redislock import Lock
 from django_redislock import lock as lock_module
+from tests.support.held import token_at
 from tests.support.polling import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
@@ -50,7 +51,7 @@ def test_a_waiter_paused_past_its_hand_off_waits_on(real_backend, mode):
         heir = claimant(client, holder)
         os.kill(waiter.pid, signal.SIGSTOP)
         holder.release()  # hands the lock to the stopped waiter: its token, PX 500
-        assert client.get(holder.key).decode() == heir
+        assert token_at(client, holder.key) == heir
         assert wait_until(lambda: client.get(holder.key) is None, timeout=5)
         other = Lock("paused-heir", ttl=5)
         assert other.acquire(blocking=False)

@@ -20,6 +20,7 @@ import redis.asyncio
 from django_redislock import Lock, leases
 from django_redislock.connection import _async_clients, lock_client, reset_clients
 from django_redislock.transports import wire
+from tests.support.held import token_at
 
 
 def _pool() -> Any:
@@ -44,7 +45,7 @@ async def test_consecutive_async_calls_reuse_one_connection_without_the_pool(
     monkeypatch.setattr(type(pool), "get_connection", counted)
     for _ in range(3):
         assert await lock.aacquire()
-        assert real_backend.client().get("redislock:{kept}") == lock.token.encode()
+        assert token_at(real_backend.client(), "redislock:{kept}") == lock.token
         await lock.arelease()
     assert checkouts == []
     assert leases._kept[pool] is kept
@@ -110,7 +111,7 @@ def test_consecutive_sync_calls_reuse_one_connection_without_the_pool(
     monkeypatch.setattr(redis.BlockingConnectionPool, "get_connection", counted)
     for _ in range(3):
         with lock:
-            assert real_backend.client().get("redislock:{kept-sync}") == lock.token.encode()
+            assert token_at(real_backend.client(), "redislock:{kept-sync}") == lock.token
     assert checkouts == []
     assert leases._kept[pool] is kept
 

@@ -21,6 +21,7 @@ from django_redislock import (
     RedisLockError,
 )
 from django_redislock.holder import parse_holder
+from tests.support.held import token_at
 
 
 def test_acquire_release_and_state(lock_backend):
@@ -31,7 +32,7 @@ def test_acquire_release_and_state(lock_backend):
     assert lock.locked() and lock.owned()
     assert 4 < lock.remaining() <= 5
     raw = lock_backend.client()
-    assert raw.get(lock.key) == lock.token.encode()
+    assert token_at(raw, lock.key) == lock.token
     meta = raw.hgetall(lock.key + ":meta")
     assert meta[b"fence"] == b"1"
     holder = parse_holder(meta[b"holder"].decode())
@@ -92,7 +93,7 @@ def test_release_after_takeover_leaves_the_new_holder_alone(lock_backend):
         old.release()
     with pytest.raises(LockNotOwned):
         old.extend()  # old's token is gone from the object after release
-    assert raw.get(new.key) == new.token.encode()
+    assert token_at(raw, new.key) == new.token
     assert raw.pttl(new.key) <= ttl_before
     new.release()
 
@@ -195,7 +196,7 @@ def test_lock_calls_run_on_a_pooled_connection_itself(real_backend, monkeypatch)
             patch.setattr(wire, "_pack_in_c", packer)
             lock.acquire()
             held.append((lock.fence, lock.token))
-        assert real_backend.client().get("redislock:{direct}") == lock.token.encode()
+        assert token_at(real_backend.client(), "redislock:{direct}") == lock.token
         lock.release()
     assert [fence for fence, _ in held] == [2, 3]
     real_backend.client().hset("redislock:{direct}", "not", "a lock")
@@ -225,7 +226,7 @@ async def test_async_lock_calls_write_without_a_task_per_command(real_backend, m
     await lock.arelease()
     sent.clear()
     assert await lock.aacquire()
-    assert real_backend.client().get("redislock:{async-direct}") == lock.token.encode()
+    assert token_at(real_backend.client(), "redislock:{async-direct}") == lock.token
     await lock.arelease()
     assert sent == []
     [conn] = [c for c in _async_pool_connections() if c.is_connected]

@@ -52,7 +52,8 @@ class Cluster:
     def values(self, name: str, nodes: range | list[int] | None = None) -> list[bytes | None]:
         """The lock key on each node (or on ``nodes``), read directly (around any proxy)."""
         indexes = range(len(self.clients)) if nodes is None else nodes
-        return [self.clients[i].get(key(name)) for i in indexes]
+        values = [self.clients[i].get(key(name)) for i in indexes]
+        return [None if v is None else v.split(b"\x1e")[0] for v in values]  # the token
 
     def counters(self, name: str) -> list[int]:
         return [int(client.get(key(name) + ":fence") or 0) for client in self.clients]

@@ -25,6 +25,7 @@ from django_redislock.replication import (
 from django_redislock.testing import FaultProxy, RedisServer
 from django_redislock.transports.replicated import NotReplicated
 from tests.support.cluster import primary_sees_acks, promote, replicate, wait_until
+from tests.support.held import token_at
 
 ALIAS = "ha"
 #: Start the initial sync at once (the default waits 5 s for more replicas to join).
@@ -68,7 +69,7 @@ def test_wait_replicas_acquire_is_on_the_replica_when_it_returns(pair: Pair) -> 
     lock = Lock("replicated", wait_replicas=1, wait_timeout=2)
     assert lock.acquire(timeout=0)
     with pair.replica.client() as client:  # no polling: WAIT already saw the ack
-        assert client.get(lock.key).decode() == lock.token
+        assert token_at(client, lock.key) == lock.token
     lock.extend(4)
     with pair.replica.client() as client:
         assert 3000 < client.pttl(lock.key) <= 4000

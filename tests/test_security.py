@@ -26,6 +26,7 @@ from django_redislock import InvalidLockName, Lock, force_release, held_locks, l
 from django_redislock import lock as lock_module
 from django_redislock.keys import MAX_NAME_LENGTH, LockKeys, name_from_key
 from django_redislock.testing import available_servers
+from tests.support.held import token_at
 
 #: The commands a lock user needs (see SECURITY.md). Scripts run with the caller's ACL.
 CORE_COMMANDS = [
@@ -70,7 +71,7 @@ def test_each_acquire_gets_a_new_token(lock_backend):
     seen = set()
     for _ in range(50):
         lock.acquire()
-        assert lock_backend.client().get(lock.key) == lock.token.encode()
+        assert token_at(lock_backend.client(), lock.key) == lock.token
         seen.add(lock.token)
         lock.release()
     assert len(seen) == 50

@@ -30,11 +30,18 @@ class Script:
         return f"<Script {self.name} {self.sha[:8]}>"
 
 
+#: Lua helper libraries, by the prefix of the functions they define.
+_LIBRARIES = ("held", "line")
+
+
 def _libraries(source: str) -> str:
-    """The Lua helpers ``source`` calls (``line_*``: ``line.lua``), to prepend to it."""
-    if not re.search(r"\bline_\w+\(", source):
-        return ""
-    return resources.files(__package__).joinpath("line.lua").read_text("utf-8")
+    """The Lua helpers ``source`` calls (``line_*``: ``line.lua``, ``held_*``:
+    ``held.lua``), to prepend to it."""
+    return "".join(
+        resources.files(__package__).joinpath(f"{name}.lua").read_text("utf-8")
+        for name in _LIBRARIES
+        if re.search(rf"\b{name}_\w+\(", source)
+    )
 
 
 ACQUIRE = Script("acquire")

@@ -21,13 +21,15 @@
 -- release handed the lock to it (release.lua), to tell a live hand-off from a
 -- stale one; and, when someone holds the lock, who: its token, fence and holder
 -- description ('' when unknown), so a busy caller needs no second call to say who.
-local current = redis.call('GET', KEYS[1])
+local value = redis.call('GET', KEYS[1])
+local current = held_token(value)
 if current == ARGV[1] then
   -- Our own token is already there: a retried call whose first reply was lost.
   -- (Metadata first, here and below: it must never outlive the lock key.)
   redis.call('PEXPIRE', KEYS[3], ARGV[2])
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, tonumber(redis.call('HGET', KEYS[3], 'fence') or '0')}
+  local fence = held_fields(value, KEYS[3])
+  return {1, tonumber(fence) or 0}
 end
 local waited = tonumber(ARGV[5] or '0')
 local claimant, claimed, claim = nil, -1, nil
@@ -65,9 +67,8 @@ if current or (claimant and claimant ~= ARGV[1] and claimed > waited) then
   if not current then
     return {0, wait, now_ms}
   end
-  -- HGET, not HMGET: the minimal ACL (SECURITY.md) has no HMGET.
-  local fence = redis.call('HGET', KEYS[3], 'fence') or ''
-  return {0, wait, now_ms, current, fence, redis.call('HGET', KEYS[3], 'holder') or ''}
+  local fence, holder = held_fields(value, KEYS[3])
+  return {0, wait, now_ms, current, fence, holder}
 end
 if claimant == ARGV[1] then
   redis.call('DEL', KEYS[4])

@@ -5,7 +5,7 @@
 -- ARGV[1] token, ARGV[2] fence
 -- Returns 1 when this node now has counter >= fence under our token, 0 when
 -- the lock is not ours here (expired or never landed).
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+if held_token(redis.call('GET', KEYS[1])) ~= ARGV[1] then
   return 0
 end
 local fence = tonumber(ARGV[2])

@@ -5,7 +5,7 @@
 -- ARGV[1] release channel, ARGV[2] expected token or '' for any holder
 -- Publishes WAKE_FREED_OUT_OF_TURN (defined from django_redislock/wakeups.py at load).
 -- Returns 1 when deleted, 0 when nobody held it, -1 when another token holds it.
-local current = redis.call('GET', KEYS[1])
+local current = held_token(redis.call('GET', KEYS[1]))
 if not current then
   return 0
 end

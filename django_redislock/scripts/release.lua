@@ -17,7 +17,7 @@
 -- ':<ms>' is left out where the ACL refuses TIME).
 -- The WAKE_* names are defined from django_redislock/wakeups.py when the script is loaded.
 -- Returns 1 when released, 0 when the lock is not ours (expired or re-taken).
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+if held_token(redis.call('GET', KEYS[1])) ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1], KEYS[2])

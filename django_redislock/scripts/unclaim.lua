@@ -18,7 +18,7 @@ if KEYS[4] then
     return 1
   end
 end
-if KEYS[2] and redis.call('GET', KEYS[2]) == ARGV[1] then
+if KEYS[2] and held_token(redis.call('GET', KEYS[2])) == ARGV[1] then
   redis.call('DEL', KEYS[2], KEYS[3])
   redis.call('PUBLISH', ARGV[2], WAKE_FREED_OUT_OF_TURN)
   return 2

@@ -28,6 +28,7 @@ from typing import Any
 
 from .. import clock, drivers, leases
 from ..exceptions import LockBackendUnavailable
+from ..holder import held_token
 from ..kinds import Holders, Mutex, Operation
 from ..kinds.mutex import Attempt, Busy, Granted, HolderState, parse_acquire
 from ..kinds.operation import text
@@ -378,7 +379,7 @@ class Quorum:
         finally:
             ex.close()
         state = {
-            alias: (None if r[0] is None else text(r[0]), int(r[1]))
+            alias: (None if r[0] is None else held_token(text(r[0])), int(r[1]))
             for alias, r in results.items()
             if not failed(r)
         }

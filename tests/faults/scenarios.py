@@ -52,6 +52,7 @@ from tests.faults.harness import (
     wait_stopped,
     wait_until,
 )
+from tests.support.held import token_at
 
 ROOT = Path(__file__).resolve().parents[2]
 ALIAS = "faults"
@@ -427,7 +428,7 @@ def lost_acquire_reply(lab: Lab, protected: bool) -> RunResult:
                     thread.join(30)
                 if returned == [True]:
                     # We healed before the proxy saw the reply: no fault. Undo, try again.
-                    assert raw.get(lock.key) == lock.token.encode()
+                    assert token_at(raw, lock.key) == lock.token
                     lock.release()
                     result.notes.append("the reply got through before the drop; retried")
                     continue
@@ -485,7 +486,7 @@ def lost_release_reply(lab: Lab, protected: bool) -> RunResult:
             else:
                 raw.delete(a.key)
             elapsed = (time.monotonic() - t0) * 1000
-            if raw.get(b.key) != b.token.encode():
+            if token_at(raw, b.key) != b.token:
                 result.violations.append("the retried release deleted the next holder's key")
             elif not before - elapsed - 20 <= raw.pttl(b.key) <= before:
                 result.violations.append("the retried release changed the next holder's TTL")
@@ -724,7 +725,7 @@ def watchdog_starved(lab: Lab, protected: bool) -> RunResult:
             code = taker.wait()
             if code != 0:
                 raise RuntimeError(f"taker failed:\n{taker.output()}")
-            if raw.get(lock.key) == (lock.token or "").encode():
+            if token_at(raw, lock.key) == (lock.token or ""):
                 result.violations.append("the starved holder's key was revived")
             _release(history, lock, invoke, naive=not protected)
         history.close()
@@ -1039,7 +1040,7 @@ def fork_misuse(lab: Lab, protected: bool) -> RunResult:
             # The parent still holds it, renewed by its own watchdog, for 2 more TTLs.
             deadline = time.monotonic() + 2 * lock.ttl
             while time.monotonic() < deadline:
-                if raw.get(lock.key) != token:
+                if token_at(raw, lock.key) != token.decode():
                     result.violations.append("the parent's lock was taken away by the child")
                     break
                 time.sleep(0.01)

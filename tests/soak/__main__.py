@@ -224,8 +224,9 @@ class Soak:
             pipe.get(key)
             pipe.hget(f"{key}:meta", "fence")
             value, meta_fence = pipe.execute()
-            if value is not None and token is None:
-                token, fence = value, meta_fence
+            if value is not None and token is None:  # token RS fence RS holder, or the token
+                token, _, rest = value.partition(b"\x1e")
+                fence = rest.partition(b"\x1e")[0] or meta_fence
             client.close()
         if token is None:
             return False

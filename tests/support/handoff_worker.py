@@ -19,6 +19,7 @@ from tests.support.workers import setup_django
 def report(lock, ok: bool) -> dict[str, object]:  # type: ignore[no-untyped-def]
     from django_redislock.clock import now
     from django_redislock.connection import lock_client
+    from django_redislock.holder import held_token
 
     value = lock_client(lock.connection).get(lock.key)
     return {
@@ -27,7 +28,7 @@ def report(lock, ok: bool) -> dict[str, object]:  # type: ignore[no-untyped-def]
         "fence": lock.fence,
         "lost": lock.lost if ok else None,
         "valid_left": None if lock.valid_until is None else lock.valid_until - now(),
-        "held_in_redis": ok and value is not None and value.decode() == lock.token,
+        "held_in_redis": ok and value is not None and held_token(value.decode()) == lock.token,
     }
 
 
