@@ -46,10 +46,10 @@ def hold_raw(
     purpose: str = "raw test lock",
     batch: int = 2_000,
 ) -> dict[str, str]:
-    """Hold many locks fast: raw SET/HSET in the lock key layout, pipelined.
+    """Hold many locks fast: raw SETs in the lock key layout, pipelined.
 
-    Returns {name: token}. The layout is that of scripts/acquire.lua (metadata: the
-    fence and the one-field holder description of django_redislock.holder).
+    Returns {name: token}. The layout is that of scripts/acquire.lua (held.lua: the
+    token, the fence and the one-field holder description of django_redislock.holder).
     """
     tokens: dict[str, str] = {}
     pipe = client.pipeline(transaction=False)
@@ -57,13 +57,11 @@ def hold_raw(
         key = f"{prefix}:{{{name}}}"
         token = f"tok{i:07d}-{name}"
         tokens[name] = token
-        pipe.set(key, token, px=ttl_ms)
-        pipe.incr(f"{key}:fence")
         holder = SEPARATOR.join(
             [host, str(pid), "MainThread", purpose, repr(time.time()), "0", str(ttl_ms)]
         )
-        pipe.hset(f"{key}:meta", mapping={"fence": 1, "holder": holder})
-        pipe.pexpire(f"{key}:meta", ttl_ms)
+        pipe.set(key, f"{token}\x1e1\x1e{holder}", px=ttl_ms)
+        pipe.incr(f"{key}:fence")
         if i % batch == 0:
             pipe.execute()
     pipe.execute()

@@ -11,7 +11,7 @@ from typing import Any
 
 from django_redislock import Lock, waiting
 from django_redislock.holder import parse_holder
-from tests.support.held import token_at
+from tests.support.held import held_at, token_at
 from tests.support.polling import wait_until
 
 
@@ -177,7 +177,7 @@ def test_a_holder_description_carries_no_line_separator(real_backend: Any) -> No
 
 
 def _holder(backend: Any, lock: Lock) -> str:
-    return backend.client().hget(lock.keys.meta, "holder").decode()
+    return held_at(backend.client(), lock.keys.key)[2]
 
 
 def test_a_hand_off_is_published_on_the_heirs_wake_channel(real_backend: Any) -> None:

@@ -19,9 +19,10 @@ from django_redislock import (
     LockNotAcquired,
     LockNotOwned,
     RedisLockError,
+    lock_info,
 )
-from django_redislock.holder import parse_holder
-from tests.support.held import token_at
+from django_redislock.holder import SEPARATOR, parse_holder
+from tests.support.held import held_at, token_at
 
 
 def test_acquire_release_and_state(lock_backend):
@@ -32,20 +33,42 @@ def test_acquire_release_and_state(lock_backend):
     assert lock.locked() and lock.owned()
     assert 4 < lock.remaining() <= 5
     raw = lock_backend.client()
-    assert token_at(raw, lock.key) == lock.token
-    meta = raw.hgetall(lock.key + ":meta")
-    assert meta[b"fence"] == b"1"
-    holder = parse_holder(meta[b"holder"].decode())
+    # One key holds the token, the fence and who holds it; it expires with the lock.
+    token, fence, description = held_at(raw, lock.key)
+    assert token == lock.token and fence == "1"
+    holder = parse_holder(description)
     assert holder["purpose"] == "nightly report"
     assert holder["pid"] == str(os.getpid())
-    assert 4000 < raw.pttl(lock.key + ":meta") <= 5000
+    assert 4000 < raw.pttl(lock.key) <= 5000 and raw.exists(lock.key + ":meta") == 0
     lock.release()
     assert lock.token is None
     assert not lock.locked() and not lock.owned()
     assert lock.remaining() is None
-    # Metadata goes with the lock; the fence counter stays.
-    assert raw.exists(lock.key + ":meta") == 0
+    # The holder goes with the lock; the fence counter stays.
     assert raw.get(lock.key + ":fence") == b"1"
+
+
+def test_a_key_an_older_release_wrote_is_read_renewed_and_released(lock_backend):
+    # A rolling upgrade: an older process handed the lock over with the bare token in the
+    # key and the fence and holder in a hash beside it.
+    raw = lock_backend.client()
+    lock = Lock("older", ttl=30)
+    description = SEPARATOR.join(["old-host", "7", "MainThread", "older job", "0", "0", "5000"])
+    raw.set(lock.key, "old-token", px=5000)
+    raw.hset(lock.key + ":meta", mapping={"fence": 7, "holder": description})
+    raw.pexpire(lock.key + ":meta", 5000)
+    info = lock_info("older")
+    assert (info.token, info.fence, info.purpose, info.owner.host) == (
+        "old-token",
+        7,
+        "older job",
+        "old-host",
+    )
+    assert not Lock("older").acquire(blocking=False)
+    assert lock.adopt("old-token") and lock.owned() and lock.fence == 7
+    assert raw.pttl(lock.key + ":meta") > 29000  # renewed with the key: it outlives nothing
+    lock.release()
+    assert raw.exists(lock.key, lock.key + ":meta") == 0
 
 
 def test_fence_grows_with_every_holder(lock_backend):
@@ -62,7 +85,7 @@ def test_all_keys_in_one_hash_slot(lock_backend):
     with Lock("invoice:42") as lock:
         assert lock.key == "redislock:{invoice:42}"
         keys = [k.decode() for k in lock_backend.client().keys("redislock:*")]
-    assert len(keys) == 3
+    assert sorted(keys) == ["redislock:{invoice:42}", "redislock:{invoice:42}:fence"]
     assert len({key_slot(k.encode()) for k in keys}) == 1
 
 
@@ -115,7 +138,6 @@ def test_extend_resets_remaining_ttl(lock_backend):
     lock.acquire()
     lock.extend(30)
     assert 29 < lock.remaining() <= 30
-    assert lock_backend.client().pttl(lock.key + ":meta") > 29000
     lock.extend()
     assert lock.remaining() <= 1
     lock.release()

@@ -1,8 +1,10 @@
--- Acquire a lock: SET NX PX, bump the fence counter and write the holder's
--- metadata, atomically; with a claim key, the longest waiter goes first.
--- KEYS[1] lock key (string: the token)
+-- Acquire a lock: bump the fence counter and SET the token with its fence and
+-- holder description (held.lua), atomically; with a claim key, the longest waiter
+-- goes first.
+-- KEYS[1] lock key (string: '<token>RS<fence>RS<holder>', held.lua)
 -- KEYS[2] fence counter (integer, no TTL: it must never go back)
--- KEYS[3] holder metadata (hash: fence, holder; same TTL as the lock)
+-- KEYS[3] holder metadata of a key an older release wrote (hash: fence, holder; same
+--         TTL as the lock): read, and renewed with such a key, never written
 -- KEYS[4] optional claim of the longest waiter on the next turn, short TTL:
 --         "token:waited_ms:ttl_ms:fencing[/wake]:holder" (what release.lua needs to
 --         hand the lock straight to it)
@@ -24,9 +26,12 @@
 local value = redis.call('GET', KEYS[1])
 local current = held_token(value)
 if current == ARGV[1] then
-  -- Our own token is already there: a retried call whose first reply was lost.
-  -- (Metadata first, here and below: it must never outlive the lock key.)
-  redis.call('PEXPIRE', KEYS[3], ARGV[2])
+  -- Our own token is already there: a retried call whose first reply was lost (or a
+  -- hand-off by an older release, which wrote the bare token and the metadata beside it:
+  -- metadata first, it must never outlive the lock key).
+  if value == current then
+    redis.call('PEXPIRE', KEYS[3], ARGV[2])
+  end
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   local fence = held_fields(value, KEYS[3])
   return {1, tonumber(fence) or 0}
@@ -83,7 +88,5 @@ local fence = 0
 if ARGV[3] == '1' then
   fence = redis.call('INCR', KEYS[2])
 end
-redis.call('HSET', KEYS[3], 'fence', fence, 'holder', ARGV[4])
-redis.call('PEXPIRE', KEYS[3], ARGV[2])
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('SET', KEYS[1], held_value(ARGV[1], fence, ARGV[4]), 'PX', ARGV[2])
 return {1, fence}

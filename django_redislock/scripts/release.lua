@@ -5,7 +5,7 @@
 -- With a line of waiters behind the claimant (line.lua), the first of them
 -- becomes the claimant of the turn after, and with no claim the first is handed
 -- the lock: every release of a lock others wait for is a hand-off.
--- KEYS[1] lock key, KEYS[2] holder metadata,
+-- KEYS[1] lock key (held.lua), KEYS[2] holder metadata of an older release's key (deleted),
 -- KEYS[3] optional claim ("token:waited:ttl_ms:fencing[/wake]:holder"), KEYS[4] fence counter,
 -- KEYS[5] optional line
 -- ARGV[1] token, ARGV[2] release channel, ARGV[3] claim TTL in ms (with KEYS[5])
@@ -37,9 +37,7 @@ if claim then
     if fencing == '1' then
       fence = redis.call('INCR', KEYS[4])
     end
-    redis.call('HSET', KEYS[2], 'fence', fence, 'holder', holder)
-    redis.call('PEXPIRE', KEYS[2], ttl)
-    redis.call('SET', KEYS[1], heir, 'PX', ttl)
+    redis.call('SET', KEYS[1], held_value(heir, fence, holder), 'PX', ttl)
     if line then
       -- The next claim lives what its place had left, not a fresh ARGV[3]: a dead
       -- waiter's claim must not hold the turn after the one it was handed.
