@@ -1,8 +1,10 @@
 """Lock names and the Redis key layout.
 
 A lock named ``N`` under prefix ``P`` keeps every key in one hash slot by
-wrapping the name in a hash tag: ``P:{N}`` holds the token, and companion keys
-``P:{N}:fence`` (counter, no TTL), ``P:{N}:meta`` (holder metadata, same TTL),
+wrapping the name in a hash tag: ``P:{N}`` holds the token (a ``Lock``'s: with its fence
+and holder description, ``scripts/held.lua``), and companion keys ``P:{N}:fence``
+(counter, no TTL), ``P:{N}:meta`` (a semaphore's or read-write lock's holders' metadata;
+beside an older build's ``Lock`` key, its holder's; same TTL),
 ``P:{N}:claim`` (the longest waiter's claim on the next turn, short TTL) and
 ``P:{N}:line`` (the waiters behind it, each place with its own deadline) live
 beside it. Releases are published on channel ``P:{N}:released``.

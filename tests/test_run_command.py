@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -131,20 +132,25 @@ def test_a_child_that_ignores_sigterm_is_killed_after_the_grace(tmp_path):
 
 def test_sigterm_reaches_the_child_and_the_lock_waits_for_its_exit(tmp_path):
     log = tmp_path / "child.log"
-    pubsub = get_redis_connection("default").pubsub()
-    pubsub.subscribe(Lock("graceful").keys.channel)
-    assert pubsub.get_message(timeout=5)["type"] == "subscribe"
     proc = start("graceful", "--ttl", "5", *trap_child(log, "trap"))
     wait_for_file(log)
+    waiter = Lock("graceful", ttl=5)
+    got: list[tuple[bool, int]] = []
+    thread = threading.Thread(
+        target=lambda: got.append((waiter.acquire(timeout=30), time.monotonic_ns()))
+    )
+    thread.start()
+    client = get_redis_connection("default")
+    assert wait_until(lambda: client.exists(waiter.keys.claim))  # next in turn
     proc.send_signal(signal.SIGTERM)
-    message = pubsub.get_message(timeout=30)  # the release's wake-up
-    released_at = time.monotonic_ns()
-    pubsub.close()
     _, err = proc.communicate(timeout=60)
+    thread.join(30)
     assert proc.returncode == 0, err  # the child's own exit status
-    assert message is not None and message["type"] == "message"
+    ((acquired, acquired_at),) = got  # handed over by the release
+    assert acquired
     lines = dict(line.split() for line in log.read_text().splitlines())
-    assert int(lines["term"]) < int(lines["exit"]) < released_at
+    assert int(lines["term"]) < int(lines["exit"]) < acquired_at
+    waiter.release()
     assert lock_info("graceful") is None
 
 

@@ -290,7 +290,9 @@ def test_each_core_command_is_needed(settings, make_server, missing):
         lock = Lock("acl", connection="acl", ttl=5)
         lock.acquire(timeout=0)
         lock.extend()
-        lock.release()
+        lock.release()  # nobody waits: nothing to publish
+        lock.acquire(timeout=0)
+        force_release("acl", connection="acl")  # wakes every waiter
 
 
 # -- TLS ------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import re
 import pytest
 
 from django_redislock import Lock, force_release, scripts, wakeups
+from django_redislock.kinds.mutex import Mutex
 from django_redislock.wakeups import Wakeup, decode
 
 ALL_SCRIPTS = [v for v in vars(scripts).values() if isinstance(v, scripts.Script)]
@@ -46,12 +47,18 @@ def test_scripts_publish_what_the_listener_decodes(lock_backend):
         assert message is not None
         return message["data"]
 
+    # Nobody in line: the release publishes nothing (the next message is the force-release's).
     assert lock.acquire(blocking=False)
     lock.release()
-    assert decode(next_data()) == Wakeup(everyone=False)
     assert lock.acquire(blocking=False)
     assert force_release("wake-consts")
     assert decode(next_data()) == Wakeup(everyone=True)
+    # A lock that keeps no line (Redlock's nodes, wait_replicas): its release frees it for
+    # the longest waiter of each process.
+    other = Lock("wake-consts", ttl=5)
+    assert other.acquire(blocking=False)
+    assert other.transport.call(Mutex.of(other, claim_ms=None).release(other.token))
+    assert decode(next_data()) == Wakeup(everyone=False)
     # A hand-off names the heir, its fence and the server's clock when it was made.
     lock = Lock("wake-consts", ttl=5)
     assert lock.acquire(blocking=False)
