@@ -317,8 +317,10 @@ def _closed_while_idle(conn: Any) -> bool:
         return True
     writer = getattr(conn, "_writer", None)
     sock = None if writer is None else writer.get_extra_info("socket")
-    if sock is None:
-        return False
+    return sock is not None and _readable_or_gone(sock)
+
+
+def _readable_or_gone(sock: Any) -> bool:
     try:
         return readable_now(sock)
     except (OSError, ValueError):  # closed under us
@@ -368,12 +370,7 @@ def _nothing_to_read(conn: Any) -> bool:
     # A sync connection, open, with nothing to read (one poll; redis-py's can_read is a
     # socket timeout change, a read and another change).
     sock = conn._sock
-    if sock is None:
-        return False
-    try:
-        return not readable_now(sock)
-    except Exception:  # closed under us
-        return False
+    return sock is not None and not _readable_or_gone(sock)
 
 
 def _forget_kept() -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import os
 import random
@@ -30,7 +31,7 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from django.core.signals import setting_changed
@@ -383,10 +384,11 @@ class _AliasListener:
             if isinstance(data, str):
                 data = data.encode()
             with self._lock:
-                if channel == self.own_channel:  # a hand-off to one of ours, any lock
-                    local = {w: None for ws in self._waiters.values() for w in ws}
-                else:
-                    local = self._waiters.get(channel, {})
+                local: Iterable[Waiter] = (
+                    itertools.chain.from_iterable(self._waiters.values())  # ours, any lock
+                    if channel == self.own_channel
+                    else self._waiters.get(channel, {})
+                )
                 wakeup = decode(data) if isinstance(data, bytes) else Wakeup(everyone=False)
                 if wakeup.heir is not None:
                     # Handed straight to one waiter: if it is ours, it holds the

@@ -20,7 +20,7 @@ from django_redislock import lock as lock_module
 from django_redislock.redlock import clock_drift
 from django_redislock.testing import FaultProxy, RedisServer
 from django_redislock.transports import node_pool
-from tests.support.held import held_at
+from tests.support.held import held_at, token_at
 from tests.support.polling import wait_until
 
 PREFIX = "redislock"
@@ -53,8 +53,8 @@ class Cluster:
     def values(self, name: str, nodes: range | list[int] | None = None) -> list[bytes | None]:
         """The lock key on each node (or on ``nodes``), read directly (around any proxy)."""
         indexes = range(len(self.clients)) if nodes is None else nodes
-        values = [self.clients[i].get(key(name)) for i in indexes]
-        return [None if v is None else v.split(b"\x1e")[0] for v in values]  # the token
+        tokens = [token_at(self.clients[i], key(name)) for i in indexes]
+        return [None if token is None else token.encode() for token in tokens]
 
     def counters(self, name: str) -> list[int]:
         return [int(client.get(key(name) + ":fence") or 0) for client in self.clients]

@@ -114,7 +114,7 @@ class Mutex(KindOptions):
         self.claim_ms = claim_ms
         # With claims, the waiters behind the claimant wait in a line (scripts/line.lua).
         line = () if claim_ms is None else (keys.line,)
-        claims = (keys.claim, *line) if line else ()
+        claims = () if claim_ms is None else (keys.claim, keys.line)
         self._acquire_keys = (keys.key, keys.fence, keys.meta, *claims)
         self._release_keys = (
             (keys.key, keys.meta, keys.claim, keys.fence, *line)
