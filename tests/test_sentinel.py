@@ -116,8 +116,10 @@ def test_failover_the_library_follows_the_new_primary(topology: Topology) -> Non
         failover_seconds = time.monotonic() - started
 
         # The watchdog's next renewal reaches the new primary, which never had the lock.
-        wait_until(lambda: unsafe.lost, 10, what="the watchdog to report the unsafe lock lost")
+        # ``lost`` turns true just before the signal is sent: wait for the signal.
+        wait_until(lambda: reasons, 10, what="the watchdog to report the unsafe lock lost")
         assert reasons == ["unsafe: the lock expired or another holder took it"]
+        assert unsafe.lost
         assert failover_seconds < 15
 
         # The library now talks to the promoted replica.
