@@ -326,11 +326,15 @@ class _AliasListener:
                         self._handle(message)
                 else:
                     ready, _, _ = select.select([fileno, self._wake_r], [], [], timeout)
+                    if fileno in ready:  # first: the heir of a hand-off waits on it
+                        self._read_one(pubsub)
                     if self._wake_r in ready:
                         self._drain_pipe()
-                self._apply_changes(pubsub)
+                # Replies that came with it first: reading them waits in a syscall,
+                # which lets a woken waiter have the GIL sooner.
                 while (message := pubsub.get_message(timeout=0)) is not None:
                     self._handle(message)
+                self._apply_changes(pubsub)
         finally:
             with contextlib.suppress(Exception):
                 pubsub.close()
@@ -366,52 +370,77 @@ class _AliasListener:
         if stop and pubsub.subscribed:
             pubsub.unsubscribe(*stop)
 
+    def _read_one(self, pubsub: Any) -> None:
+        """The reply waiting on the connection, read without redis-py's ``get_message``
+        around it (its checks and retry wrapper doubled the cost of the read, on the
+        hand-off's path); anything but a message goes through redis-py's own handling,
+        which keeps its subscription state."""
+        response = pubsub.connection.read_response(disconnect_on_error=False, push_request=True)
+        if isinstance(response, list) and len(response) == 3 and response[0] in _MESSAGE:
+            self._on_message(response[1], response[2])
+            return
+        message = pubsub.handle_message(response)
+        if message is not None:
+            self._handle(message)
+
     def _handle(self, message: dict[str, Any]) -> None:
         kind = message.get("type")
-        channel = message.get("channel")
-        if isinstance(channel, str):
-            channel = channel.encode()
-        if not isinstance(channel, bytes):
-            return
-        if kind == "subscribe":
+        if kind == "message":
+            self._on_message(message.get("channel"), message.get("data"))
+        elif kind == "subscribe":
+            channel = _as_bytes(message.get("channel"))
+            if channel is None:
+                return
             with self._lock:
                 self._healthy = True
                 if channel in self._subscribed:
                     self._confirmed.add(channel)
                 waiters = list(self._waiters.get(channel, ()))
-        elif kind == "message":
-            data = message.get("data")
-            if isinstance(data, str):
-                data = data.encode()
-            with self._lock:
-                local: Iterable[Waiter] = (
-                    itertools.chain.from_iterable(self._waiters.values())  # ours, any lock
-                    if channel == self.own_channel
-                    else self._waiters.get(channel, {})
-                )
-                wakeup = decode(data) if isinstance(data, bytes) else Wakeup(everyone=False)
-                if wakeup.heir is not None:
-                    # Handed straight to one waiter: if it is ours, it holds the
-                    # lock now; nobody else need wake.
-                    waiters = [w for w in local if w.token == wakeup.heir][:1]
-                    for waiter in waiters:
-                        waiter.granted = wakeup
-                elif wakeup.turn is not None:
-                    # The line's next (a semaphore's): only they can take the
-                    # permit; any other waiter woken would be refused again.
-                    waiters = [w for w in local if w.token in wakeup.turn]
-                elif wakeup.everyone:
-                    # Freed outside the turn order (force-release, a leaving
-                    # heir): everyone retries, so a waiting claimant is not missed.
-                    waiters = list(local)
-                else:
-                    # One release, one winner: wake only the longest-waiting
-                    # local waiter; it passes the wake on if it leaves without it.
-                    waiters = list(local)[:1]
-        else:
+            for waiter in waiters:
+                waiter.wake()
+
+    def _on_message(self, channel: Any, data: Any) -> None:
+        channel = _as_bytes(channel)
+        if channel is None:
             return
+        data = _as_bytes(data)
+        wakeup = decode(data) if data is not None else Wakeup(everyone=False)
+        with self._lock:
+            local: Iterable[Waiter] = (
+                itertools.chain.from_iterable(self._waiters.values())  # ours, any lock
+                if channel == self.own_channel
+                else self._waiters.get(channel, {})
+            )
+            if wakeup.heir is not None:
+                # Handed straight to one waiter: if it is ours, it holds the
+                # lock now; nobody else need wake.
+                waiters = [w for w in local if w.token == wakeup.heir][:1]
+                for waiter in waiters:
+                    waiter.granted = wakeup
+            elif wakeup.turn is not None:
+                # The line's next (a semaphore's): only they can take the
+                # permit; any other waiter woken would be refused again.
+                waiters = [w for w in local if w.token in wakeup.turn]
+            elif wakeup.everyone:
+                # Freed outside the turn order (force-release, a leaving
+                # heir): everyone retries, so a waiting claimant is not missed.
+                waiters = list(local)
+            else:
+                # One release, one winner: wake only the longest-waiting
+                # local waiter; it passes the wake on if it leaves without it.
+                waiters = list(local)[:1]
         for waiter in waiters:
             waiter.wake()
+
+
+#: A published message's kind, as RESP2 and RESP3 (push) replies name it.
+_MESSAGE = (b"message", "message")
+
+
+def _as_bytes(value: Any) -> bytes | None:
+    if isinstance(value, str):
+        return value.encode()
+    return value if isinstance(value, bytes) else None
 
 
 def _fileno(sock: Any) -> int | None:

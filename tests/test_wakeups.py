@@ -9,6 +9,7 @@ import pytest
 from django_redislock import Lock, force_release, scripts, wakeups
 from django_redislock.kinds.mutex import Mutex
 from django_redislock.wakeups import Wakeup, decode
+from tests.support.polling import wait_until
 
 ALL_SCRIPTS = [v for v in vars(scripts).values() if isinstance(v, scripts.Script)]
 
@@ -122,3 +123,30 @@ def test_waiting_threads_are_woken_on_fakeredis_too(settings, lock_backend):
     for thread in threads:
         thread.join(60)
     assert len(waits) == 30 and max(waits) < MAX_SUBSCRIBED_WAIT / 2, max(waits)
+
+
+def test_messages_that_arrive_together_each_reach_their_waiter(real_backend):
+    # The subscriber reads the first reply off the socket itself; what came with it
+    # (here a second hand-off and a free, in one write) must not wait for more traffic.
+    from django_redislock import waiting
+
+    channel = "redislock:{together}:released"
+    first = waiting.register("default", channel, token="tok-a")
+    second = waiting.register("default", waiting.wake_channel().decode(), token="tok-b")
+    third = waiting.register("default", channel, token="tok-c")
+    try:
+        assert wait_until(lambda: first.subscribed and second.subscribed, timeout=10)
+        for waiter in (first, second, third):
+            waiter.clear()  # woken by the subscription's confirmation
+        pipe = real_backend.client().pipeline(transaction=False)
+        pipe.publish(channel, f"{wakeups.HANDED_TO}tok-a:1:5")
+        pipe.publish(waiting.wake_channel(), f"{wakeups.HANDED_TO}tok-b:2:5")
+        pipe.publish(channel, wakeups.FREED_OUT_OF_TURN)
+        assert pipe.execute() == [1, 1, 1]
+        assert wait_until(lambda: first.woken and second.woken and third.woken, timeout=5)
+        assert first.granted is not None and first.granted.fence == 1
+        assert second.granted is not None and second.granted.fence == 2
+    finally:
+        for waiter in (first, second, third):
+            waiter.acquired = True  # nothing to pass on
+            waiter.close()
