@@ -11,6 +11,11 @@ Each subscriber also listens on its process's own wake channel (``P:wake:<id>``,
 the lock over publishes there, so only the heir's process wakes for a hand-off. The
 other messages (free, out of turn, a semaphore's turn) stay on the lock's channel.
 
+A thread that waits may read that connection itself instead of sleeping on an event
+(one thread at a time, :meth:`_AliasListener.lead`): a hand-off to it then wakes one
+thread, not the subscriber thread and then the waiter. It dispatches every message it
+reads, other waiters' included, and the subscriber thread leaves the socket to it.
+
 A waiter registers, waits for the subscription to be confirmed, then retries:
 a release that happened before the subscription is caught by that retry. If
 the subscriber is down, waiters fall back to jittered backoff (see
@@ -58,6 +63,12 @@ except ImportError:  # pragma: no cover - not POSIX
 LINGER_SECONDS = 5.0
 #: How long to wait for the subscriber's confirmation before using backoff.
 CONFIRM_TIMEOUT = 1.0
+#: After a waiting thread read the socket itself (see :meth:`_AliasListener.lead`), the
+#: subscriber thread leaves the socket to the next such thread this long before it reads
+#: again, so that a process waiting turn after turn wakes one thread per hand-off.
+PARK_SECONDS = 0.05
+#: The least time a waiting thread gives the rest of a message it started to read.
+LEADER_READ_MIN_SECONDS = 0.05
 
 
 def backoff_delays(base: float = 0.002, cap: float = 0.064) -> Iterator[float]:
@@ -69,16 +80,24 @@ def backoff_delays(base: float = 0.002, cap: float = 0.064) -> Iterator[float]:
 
 
 class ThreadWake:
-    """The wake-up of a waiter blocked in a thread: a :class:`threading.Event`."""
+    """The wake-up of a waiter blocked in a thread: a :class:`threading.Event`.
 
-    __slots__ = ("_event",)
+    With a ``listener``, the thread may wait by reading the subscriber's socket itself
+    (:meth:`_AliasListener.lead`): a hand-off to it then wakes one thread, not two.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("_event", "listener")
+
+    def __init__(self, listener: _AliasListener | None = None) -> None:
         self._event = threading.Event()
+        self.listener = listener
 
     def set(self) -> None:
         """Wake it (from any thread)."""
         self._event.set()
+        listener = self.listener
+        if listener is not None and listener.leader is self:
+            listener.interrupt_leader()
 
     def clear(self) -> None:
         self._event.clear()
@@ -88,6 +107,11 @@ class ThreadWake:
 
     def wait(self, seconds: float) -> bool:
         """Block up to ``seconds``; True when woken."""
+        listener = self.listener
+        if listener is not None and not self._event.is_set():
+            woken = listener.lead(self, seconds)
+            if woken is not None:
+                return woken
         return self._event.wait(max(seconds, 0.0))
 
 
@@ -156,7 +180,9 @@ class Waiter:
         #: The message of a release that handed the lock straight to this waiter.
         self.granted: Wakeup | None = None
         #: How this waiter sleeps until woken: in a thread, or as a task of ``loop``.
-        self.wakeup: ThreadWake | LoopWake = ThreadWake() if loop is None else LoopWake(loop)
+        self.wakeup: ThreadWake | LoopWake = (
+            ThreadWake(listener) if loop is None else LoopWake(loop)
+        )
         #: Set by the acquirer when it got the lock (a wake it did not use is passed on).
         self.acquired = False
 
@@ -207,6 +233,18 @@ class _AliasListener:
         self._thread: threading.Thread | None = None
         self._healthy = True
         self.stopped = False
+        #: The waiting thread's wake that reads the socket now, if any (see :meth:`lead`).
+        self.leader: ThreadWake | None = None
+        self._leader_ident = 0
+        self._lead_r, self._lead_w = os.pipe()  # interrupts the leader's select()
+        os.set_blocking(self._lead_r, False)
+        os.set_blocking(self._lead_w, False)
+        #: The subscriber's connection and its socket's descriptor while it serves one.
+        self._served: tuple[Any, int] | None = None
+        #: Held by whoever uses the connection: the subscriber thread or the leader.
+        self._socket_lock = threading.Lock()
+        self._parked_until = 0.0
+        self._watching = False  # the subscriber thread selects on the socket
 
     # -- called from waiting threads / event loops ------------------------
     def add(self, waiter: Waiter) -> None:
@@ -216,10 +254,12 @@ class _AliasListener:
             if waiter.channel not in self._subscribed:
                 self._pending = True
             already = waiter.channel in self._confirmed
+            # A task cannot read the socket itself: the subscriber must, now.
+            unserved = isinstance(waiter.wakeup, LoopWake) and not self._watching
             self._ensure_thread()
         if already:
             waiter.wake()
-        else:
+        if unserved or not already:
             self._poke()
 
     def add_if_confirmed(self, waiter: Waiter) -> bool:
@@ -229,7 +269,10 @@ class _AliasListener:
                 return False
             self._waiters.setdefault(waiter.channel, {})[waiter] = None
             self._linger.pop(waiter.channel, None)
-            return True
+            unserved = isinstance(waiter.wakeup, LoopWake) and not self._watching
+        if unserved:
+            self._poke()
+        return True
 
     def remove(self, waiter: Waiter, *, pass_wake: bool = False) -> None:
         with self._lock:
@@ -252,6 +295,96 @@ class _AliasListener:
         # A full pipe (BlockingIOError) means the thread is being woken anyway.
         with contextlib.suppress(BlockingIOError):
             _fd_write(self._wake_w, b"x")
+
+    # -- a waiting thread reads the socket itself ----------------------------
+    def lead(self, wake: ThreadWake, seconds: float) -> bool | None:
+        """Wait up to ``seconds`` for ``wake`` by reading the subscriber's socket in this
+        thread: True when woken, False at the deadline, or None when another thread
+        reads it (or there is no socket to read): then wait on the event.
+
+        A hand-off then costs the heir one thread wake-up, where the subscriber thread
+        reading it and waking the waiter costs two, each a wait for a CPU on a busy
+        machine. Every message read here is dispatched as the subscriber would (other
+        waiters included), under the lock that keeps the two readers apart.
+        """
+        served = self._served
+        if served is None:
+            return None
+        with self._lock:
+            if self.leader is not None or not self._healthy:
+                return None
+            self.leader, self._leader_ident = wake, threading.get_ident()
+        pubsub, fileno = served
+        deadline = time.monotonic() + seconds
+        failed = False
+        try:
+            self._drain(self._lead_r)  # interrupts meant for an earlier leader
+            while not wake.is_set():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                ready, _, _ = select.select([fileno, self._lead_r], [], [], left)
+                if self._lead_r in ready:
+                    self._drain(self._lead_r)
+                if self._served is not served:
+                    break  # reconnecting: wait on the event instead
+                if fileno in ready:
+                    # The subscriber thread may be reading (a message cut off mid-way
+                    # keeps it there): wait for it no longer than the waiter would.
+                    if not self._socket_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                        break
+                    try:
+                        if self._served is not served:
+                            break
+                        if pubsub.connection.can_read(timeout=0):
+                            self._read_within(pubsub, deadline)
+                    finally:
+                        self._socket_lock.release()
+            else:
+                return True
+        except Exception as exc:  # the subscriber thread sees it too, and reconnects
+            logger.debug(
+                "Lock subscriber for %r: a waiting thread's read failed: %r", self.alias, exc
+            )
+            failed = True
+        finally:
+            with self._lock:
+                self.leader, self._leader_ident = None, 0
+                self._parked_until = time.monotonic() + PARK_SECONDS
+                others = any(w.wakeup is not wake for ws in self._waiters.values() for w in ws)
+            if others or failed:
+                self._poke()  # the subscriber reads for them (or finds the failure)
+        return wake._event.wait(max(0.0, deadline - time.monotonic()))
+
+    def _read_within(self, pubsub: Any, deadline: float) -> None:
+        """Read what the socket has, bounded by the waiter's deadline: a message cut off
+        mid-way (a network fault) must not keep an ``acquire()`` past its timeout."""
+        sock = pubsub.connection._sock
+        previous = sock.gettimeout()
+        sock.settimeout(max(deadline - time.monotonic(), LEADER_READ_MIN_SECONDS))
+        try:
+            self._read_one(pubsub)
+            while (message := pubsub.get_message(timeout=0)) is not None:
+                self._handle(message)
+        finally:
+            sock.settimeout(previous)
+
+    def interrupt_leader(self) -> None:
+        """End the leader's ``select()`` (it was woken from another thread)."""
+        if threading.get_ident() != self._leader_ident:
+            with contextlib.suppress(BlockingIOError):
+                _fd_write(self._lead_w, b"x")
+
+    def _reads_socket(self) -> bool:
+        """Whether the subscriber thread reads the socket now (no thread leads, and none
+        did a moment ago or someone waits that no thread reads for)."""
+        with self._lock:
+            if self.leader is not None:
+                watching = False
+            else:
+                watching = bool(self._waiters) or time.monotonic() >= self._parked_until
+            self._watching = watching
+            return watching
 
     def _ensure_thread(self) -> None:
         if self._thread is None or not self._thread.is_alive():
@@ -303,8 +436,12 @@ class _AliasListener:
         self._drain_pipe()
 
     def _drain_pipe(self) -> None:
+        self._drain(self._wake_r)
+
+    @staticmethod
+    def _drain(fd: int) -> None:
         with contextlib.suppress(BlockingIOError):
-            while _fd_read(self._wake_r, 4096):
+            while _fd_read(fd, 4096):
                 pass
 
     def _serve(self) -> None:
@@ -316,26 +453,43 @@ class _AliasListener:
                 if self.stopped:
                     return
                 self._idle(LINGER_SECONDS)
-            self._apply_changes(pubsub)
+            with self._socket_lock:
+                self._apply_changes(pubsub)
             fileno = _fileno(getattr(pubsub.connection, "_sock", None))
-            while not self.stopped:
-                timeout = self._next_linger_timeout()
-                if fileno is None:  # fakeredis: no real socket to select on
+            if fileno is None:  # fakeredis: no real socket to select on
+                while not self.stopped:
+                    timeout = self._next_linger_timeout()
                     message = pubsub.get_message(timeout=min(timeout, 0.005))
                     if message is not None:
                         self._handle(message)
-                else:
+                    self._apply_changes(pubsub)
+                    while (message := pubsub.get_message(timeout=0)) is not None:
+                        self._handle(message)
+                return
+            self._served = (pubsub, fileno)
+            while not self.stopped:
+                timeout = self._next_linger_timeout()
+                if self._reads_socket():
                     ready, _, _ = select.select([fileno, self._wake_r], [], [], timeout)
-                    if fileno in ready:  # first: the heir of a hand-off waits on it
-                        self._read_one(pubsub)
-                    if self._wake_r in ready:
-                        self._drain_pipe()
-                # Replies that came with it first: reading them waits in a syscall,
-                # which lets a woken waiter have the GIL sooner.
-                while (message := pubsub.get_message(timeout=0)) is not None:
-                    self._handle(message)
-                self._apply_changes(pubsub)
+                    with self._socket_lock:
+                        # First: the heir of a hand-off waits on it. Then what came with
+                        # it: reading that waits in a syscall, which lets the woken waiter
+                        # have the GIL sooner.
+                        if fileno in ready and pubsub.connection.can_read(timeout=0):
+                            self._read_one(pubsub)
+                        if self.leader is None:
+                            while (message := pubsub.get_message(timeout=0)) is not None:
+                                self._handle(message)
+                else:  # a waiting thread reads it (or did a moment ago)
+                    ready, _, _ = select.select([self._wake_r], [], [], min(timeout, PARK_SECONDS))
+                if self._wake_r in ready:
+                    self._drain_pipe()
+                with self._socket_lock:
+                    self._apply_changes(pubsub)
         finally:
+            with self._socket_lock:
+                self._served = None
+            self.interrupt_leader()
             with contextlib.suppress(Exception):
                 pubsub.close()
 

@@ -51,6 +51,9 @@ class FaultProxy:
       retransmission after a partition heals.
     * ``drop_replies(True)``: swallow server-to-client bytes (commands still reach the
       server). A connection that lost replies is out of step for good: ``reset()`` after.
+    * ``cut_next_reply(n)``: forward the first ``n`` bytes of the next server-to-client
+      chunk, then ``hold()``: a partition in the middle of a reply (``heal()`` sends the
+      rest).
     * ``reset()``: close every client connection with a TCP RST (and its upstream socket).
     * ``close()``: stop listening, reset everything, stop the thread.
     """
@@ -66,6 +69,7 @@ class FaultProxy:
         self.port: int = 0
         self._delay = 0.0
         self._drop_replies = False
+        self._cut_after: int | None = None
         self._conns: set[_Conn] = set()
         self._loop = asyncio.new_event_loop()
         self._flowing: asyncio.Event | None = None
@@ -108,6 +112,11 @@ class FaultProxy:
 
     def drop_replies(self, enabled: bool = True) -> None:
         self._drop_replies = bool(enabled)
+
+    def cut_next_reply(self, keep: int) -> None:
+        if keep < 1:
+            raise ValueError("keep must be >= 1")
+        self._cut_after = int(keep)
 
     def reset(self) -> None:
         self._call(self._reset_all)
@@ -222,6 +231,14 @@ class FaultProxy:
                 await self._flowing.wait()
                 if replies and self._drop_replies:
                     continue
+                keep = self._cut_after if replies else None
+                if keep is not None and keep < len(data):
+                    self._cut_after = None
+                    writer.write(data[:keep])
+                    await writer.drain()
+                    self._set_flowing(False)
+                    await self._flowing.wait()
+                    data = data[keep:]
                 writer.write(data)
                 await writer.drain()
         except (ConnectionError, OSError):
