@@ -336,7 +336,7 @@ class _AliasListener:
                     try:
                         if self._served is not served:
                             break
-                        if pubsub.connection.can_read(timeout=0):
+                        if _can_read(pubsub):
                             self._read_within(pubsub, deadline)
                     finally:
                         self._socket_lock.release()
@@ -475,7 +475,7 @@ class _AliasListener:
                         # First: the heir of a hand-off waits on it. Then what came with
                         # it: reading that waits in a syscall, which lets the woken waiter
                         # have the GIL sooner.
-                        if fileno in ready and pubsub.connection.can_read(timeout=0):
+                        if fileno in ready and _can_read(pubsub):
                             self._read_one(pubsub)
                         if self.leader is None:
                             while (message := pubsub.get_message(timeout=0)) is not None:
@@ -589,6 +589,11 @@ class _AliasListener:
 
 #: A published message's kind, as RESP2 and RESP3 (push) replies name it.
 _MESSAGE = (b"message", "message")
+
+
+def _can_read(pubsub: Any) -> bool:
+    """A reply (or part of one) is there to read: the other reader did not take it."""
+    return bool(pubsub.connection.can_read(timeout=0))
 
 
 def _as_bytes(value: Any) -> bytes | None:
