@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import re
 import threading
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
-from django_redislock import Lock, force_release, scripts, wakeups
+from django_redislock import Lock, force_release, scripts, waiting, wakeups
 from django_redislock.kinds.mutex import Mutex
 from django_redislock.wakeups import Wakeup, decode
 from tests.support.polling import wait_until
@@ -129,8 +133,6 @@ def test_waiting_threads_are_woken_on_fakeredis_too(settings, lock_backend):
 def test_messages_that_arrive_together_each_reach_their_waiter(real_backend):
     # The subscriber reads the first reply off the socket itself; what came with it
     # (here a second hand-off and a free, in one write) must not wait for more traffic.
-    from django_redislock import waiting
-
     channel = "redislock:{together}:released"
     first = waiting.register("default", channel, token="tok-a")
     second = waiting.register("default", waiting.wake_channel().decode(), token="tok-b")
@@ -156,133 +158,114 @@ def test_messages_that_arrive_together_each_reach_their_waiter(real_backend):
 # -- a waiting thread reads the socket itself (one wake-up per hand-off) -------------------
 
 
-def _subscribed(*waiters):
+def _subscribed(*waiters: Any) -> None:
     assert wait_until(lambda: all(w.subscribed for w in waiters), timeout=10)
     for waiter in waiters:
         waiter.clear()  # woken by the subscription's confirmation
 
 
-def _close(*waiters):
+def _close(*waiters: Any) -> None:
     for waiter in waiters:
         waiter.acquired = True  # nothing to pass on
         waiter.close()
 
 
-def _wait_in_thread(waiter, seconds):
-    result = []
-    thread = threading.Thread(target=lambda: result.append(waiter.wakeup.wait(seconds)))
-    thread.start()
-    return thread, result
+class _Leading:
+    """A registered waiter whose wait runs in a thread that leads (reads the socket)."""
+
+    def __init__(self, alias: str, channel: str, token: str, seconds: float) -> None:
+        self.listener = waiting._listener(alias)
+        self.waiter = waiting.register(alias, channel, token=token)
+        self.result: list[bool] = []
+        _subscribed(self.waiter)
+        self.thread = threading.Thread(
+            target=lambda: self.result.append(self.waiter.wakeup.wait(seconds))
+        )
+        self.thread.start()
+        assert wait_until(lambda: self.listener.leader is self.waiter.wakeup, timeout=5)
+
+    def ended(self, within: float = 5) -> list[bool]:
+        self.thread.join(within)
+        assert not self.thread.is_alive()
+        return self.result
+
+
+@contextlib.contextmanager
+def _leading(
+    channel: str, token: str, seconds: float, alias: str = "default"
+) -> Iterator[_Leading]:
+    leading = _Leading(alias, channel, token, seconds)
+    try:
+        yield leading
+    finally:
+        _close(leading.waiter)
+
+
+def _hand_off(client: Any, token: str, fence: int) -> None:
+    client.publish(waiting.wake_channel(), f"{wakeups.HANDED_TO}{token}:{fence}:5")
 
 
 def test_a_waiting_thread_reads_its_hand_off_itself(real_backend):
-    from django_redislock import waiting
-
-    listener = waiting._listener("default")
-    heir = waiting.register("default", "redislock:{lead}:released", token="tok-lead")
-    try:
-        _subscribed(heir)
-        thread, result = _wait_in_thread(heir, 10)
-        assert wait_until(lambda: listener.leader is heir.wakeup, timeout=5)
-        real_backend.client().publish(waiting.wake_channel(), f"{wakeups.HANDED_TO}tok-lead:7:5")
-        thread.join(5)
-        assert result == [True] and heir.granted is not None and heir.granted.fence == 7
-        assert listener.leader is None
-    finally:
-        _close(heir)
+    with _leading("redislock:{lead}:released", "tok-lead", 10) as heir:
+        _hand_off(real_backend.client(), "tok-lead", 7)
+        assert heir.ended() == [True] and heir.waiter.granted.fence == 7
+        assert heir.listener.leader is None
 
 
 def test_the_leading_thread_wakes_the_other_waiters(real_backend):
-    import asyncio
-
-    from django_redislock import waiting
-
-    listener = waiting._listener("default")
     channel = "redislock:{lead-others}:released"
-    leader = waiting.register("default", channel, token="tok-1")
-    follower = waiting.register("default", channel, token="tok-2")
-    try:
-        _subscribed(leader, follower)
-        lead_thread, led = _wait_in_thread(leader, 10)
-        assert wait_until(lambda: listener.leader is leader.wakeup, timeout=5)
-        follow_thread, followed = _wait_in_thread(follower, 10)
+    with _leading(channel, "tok-1", 10) as leader:
+        follower = waiting.register("default", channel, token="tok-2")
+        try:
+            _subscribed(follower)
+            followed: list[bool] = []
+            follow = threading.Thread(target=lambda: followed.append(follower.wakeup.wait(10)))
+            follow.start()
 
-        async def a_task_waits():
-            task_waiter = waiting.register(
-                "default", channel, loop=asyncio.get_running_loop(), token="tok-3"
-            )
-            try:
-                task_waiter.clear()
-                client = real_backend.client()
-                client.publish(channel, f"{wakeups.TURN_OF}tok-2,tok-3")
-                return await task_waiter.wakeup.wait(10)
-            finally:
-                _close(task_waiter)
+            async def a_task_waits() -> bool:
+                loop = asyncio.get_running_loop()
+                task_waiter = waiting.register("default", channel, loop=loop, token="tok-3")
+                try:
+                    task_waiter.clear()
+                    real_backend.client().publish(channel, f"{wakeups.TURN_OF}tok-2,tok-3")
+                    return await task_waiter.wakeup.wait(10)
+                finally:
+                    _close(task_waiter)
 
-        assert asyncio.run(a_task_waits()) is True  # read by the leading thread
-        follow_thread.join(5)
-        assert followed == [True]
-        assert lead_thread.is_alive() and not leader.woken  # not its turn: it reads on
-        real_backend.client().publish(waiting.wake_channel(), f"{wakeups.HANDED_TO}tok-1:3:5")
-        lead_thread.join(5)
-        assert led == [True]
-    finally:
-        _close(leader, follower)
+            assert asyncio.run(a_task_waits()) is True  # read by the leading thread
+            follow.join(5)
+            assert followed == [True]
+            assert leader.thread.is_alive() and not leader.waiter.woken  # not its turn
+            _hand_off(real_backend.client(), "tok-1", 3)
+            assert leader.ended() == [True]
+        finally:
+            _close(follower)
 
 
 def test_a_leading_thread_woken_from_elsewhere_stops_reading(real_backend):
-    from django_redislock import waiting
-
-    listener = waiting._listener("default")
-    waiter = waiting.register("default", "redislock:{lead-poked}:released", token="tok-p")
-    try:
-        _subscribed(waiter)
-        thread, result = _wait_in_thread(waiter, 30)
-        assert wait_until(lambda: listener.leader is waiter.wakeup, timeout=5)
-        waiter.wake()  # as a passed-on wake or a subscriber going down does
-        thread.join(5)
-        assert result == [True] and listener.leader is None
-    finally:
-        _close(waiter)
+    with _leading("redislock:{lead-poked}:released", "tok-p", 30) as leading:
+        leading.waiter.wake()  # as a passed-on wake or a subscriber going down does
+        assert leading.ended() == [True] and leading.listener.leader is None
 
 
 def test_a_lost_subscriber_connection_wakes_the_leading_thread(real_backend):
-    from django_redislock import waiting
-
-    listener = waiting._listener("default")
-    waiter = waiting.register("default", "redislock:{lead-lost}:released", token="tok-l")
-    try:
-        _subscribed(waiter)
-        thread, result = _wait_in_thread(waiter, 30)
-        assert wait_until(lambda: listener.leader is waiter.wakeup, timeout=5)
+    with _leading("redislock:{lead-lost}:released", "tok-l", 30) as leading:
         real_backend.client().client_kill_filter(_type="pubsub")
-        thread.join(10)
-        assert result == [True]  # woken to fall back on backoff, not left reading a dead socket
+        # Woken to fall back on backoff, not left reading a dead socket.
+        assert leading.ended(within=10) == [True]
         # The subscriber comes back, and a waiting thread reads for it again.
-        assert wait_until(lambda: waiter.subscribed, timeout=10)
-    finally:
-        _close(waiter)
+        assert wait_until(lambda: leading.waiter.subscribed, timeout=10)
 
 
 def test_after_a_thread_led_a_task_is_still_woken(real_backend):
-    import asyncio
-
-    from django_redislock import waiting
-
-    listener = waiting._listener("default")
     channel = "redislock:{lead-then-task}:released"
-    waiter = waiting.register("default", channel, token="tok-t")
-    try:
-        _subscribed(waiter)
-        assert waiter.wakeup.wait(0.05) is False  # led, timed out: the subscriber parks
-        assert listener.leader is None
-    finally:
-        _close(waiter)
+    with _leading(channel, "tok-t", 0.05) as leading:
+        assert leading.ended() == [False]  # led, timed out: the subscriber parks
+        assert leading.listener.leader is None
 
-    async def a_task_waits():
-        task_waiter = waiting.register(
-            "default", channel, loop=asyncio.get_running_loop(), token="tok-u"
-        )
+    async def a_task_waits() -> bool:
+        loop = asyncio.get_running_loop()
+        task_waiter = waiting.register("default", channel, loop=loop, token="tok-u")
         try:
             await task_waiter.wakeup.wait(5)  # the confirmation (the channel lingers)
             task_waiter.clear()
@@ -297,7 +280,6 @@ def test_after_a_thread_led_a_task_is_still_woken(real_backend):
 def test_a_message_cut_off_midway_does_not_keep_a_waiting_thread(settings, make_server):
     # A partition in the middle of a message: the thread reading it gives up at its
     # waiter's deadline (acquire() keeps its timeout), and the subscriber reads the rest.
-    from django_redislock import waiting
     from django_redislock.testing import FaultProxy
 
     server = make_server()
@@ -306,20 +288,14 @@ def test_a_message_cut_off_midway_does_not_keep_a_waiting_thread(settings, make_
             **settings.CACHES,
             "cut": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": proxy.url},
         }
-        listener = waiting._listener("cut")
         channel = "redislock:{cut}:released"
-        waiter = waiting.register("cut", channel, token="tok-cut")
         try:
-            _subscribed(waiter)
-            thread, result = _wait_in_thread(waiter, 0.5)
-            assert wait_until(lambda: listener.leader is waiter.wakeup, timeout=5)
-            proxy.cut_next_reply(5)
-            server.client().publish(channel, wakeups.FREE)
-            thread.join(10)
-            assert not thread.is_alive() and result == [False]
-            waiter.clear()
-            proxy.heal()  # the rest arrives: the subscriber reads it and wakes the waiter
-            assert wait_until(lambda: waiter.woken, timeout=10)
+            with _leading(channel, "tok-cut", 0.5, alias="cut") as leading:
+                proxy.cut_next_reply(5)
+                server.client().publish(channel, wakeups.FREE)
+                assert leading.ended(within=10) == [False]
+                leading.waiter.clear()
+                proxy.heal()  # the rest arrives: the subscriber reads it, wakes the waiter
+                assert wait_until(lambda: leading.waiter.woken, timeout=10)
         finally:
             proxy.heal()
-            _close(waiter)
