@@ -314,7 +314,7 @@ class _AliasListener:
             if self.leader is not None or not self._healthy:
                 return None
             self.leader, self._leader_ident = wake, threading.get_ident()
-        pubsub, fileno = served
+        fileno = served[1]
         deadline = time.monotonic() + seconds
         failed = False
         try:
@@ -328,18 +328,8 @@ class _AliasListener:
                     self._drain(self._lead_r)
                 if self._served is not served:
                     break  # reconnecting: wait on the event instead
-                if fileno in ready:
-                    # The subscriber thread may be reading (a message cut off mid-way
-                    # keeps it there): wait for it no longer than the waiter would.
-                    if not self._socket_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
-                        break
-                    try:
-                        if self._served is not served:
-                            break
-                        if _can_read(pubsub):
-                            self._read_within(pubsub, deadline)
-                    finally:
-                        self._socket_lock.release()
+                if fileno in ready and not self._read_as_leader(served, deadline):
+                    break
             else:
                 return True
         except Exception as exc:  # the subscriber thread sees it too, and reconnects
@@ -356,6 +346,22 @@ class _AliasListener:
                 self._poke()  # the subscriber reads for them (or finds the failure)
         return wake._event.wait(max(0.0, deadline - time.monotonic()))
 
+    def _read_as_leader(self, served: tuple[Any, int], deadline: float) -> bool:
+        """Read what the socket has for the leader; False when it must stop leading (the
+        connection was replaced, or the subscriber thread kept the socket past the
+        deadline: a message cut off mid-way keeps it reading)."""
+        if not self._socket_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            return False
+        try:
+            if self._served is not served:
+                return False
+            pubsub = served[0]
+            if _can_read(pubsub):
+                self._read_within(pubsub, deadline)
+            return True
+        finally:
+            self._socket_lock.release()
+
     def _read_within(self, pubsub: Any, deadline: float) -> None:
         """Read what the socket has, bounded by the waiter's deadline: a message cut off
         mid-way (a network fault) must not keep an ``acquire()`` past its timeout."""
@@ -364,8 +370,7 @@ class _AliasListener:
         sock.settimeout(max(deadline - time.monotonic(), LEADER_READ_MIN_SECONDS))
         try:
             self._read_one(pubsub)
-            while (message := pubsub.get_message(timeout=0)) is not None:
-                self._handle(message)
+            self._handle_buffered(pubsub)
         finally:
             sock.settimeout(previous)
 
@@ -463,8 +468,7 @@ class _AliasListener:
                     if message is not None:
                         self._handle(message)
                     self._apply_changes(pubsub)
-                    while (message := pubsub.get_message(timeout=0)) is not None:
-                        self._handle(message)
+                    self._handle_buffered(pubsub)
                 return
             self._served = (pubsub, fileno)
             while not self.stopped:
@@ -478,8 +482,7 @@ class _AliasListener:
                         if fileno in ready and _can_read(pubsub):
                             self._read_one(pubsub)
                         if self.leader is None:
-                            while (message := pubsub.get_message(timeout=0)) is not None:
-                                self._handle(message)
+                            self._handle_buffered(pubsub)
                 else:  # a waiting thread reads it (or did a moment ago)
                     ready, _, _ = select.select([self._wake_r], [], [], min(timeout, PARK_SECONDS))
                 if self._wake_r in ready:
@@ -523,6 +526,11 @@ class _AliasListener:
             pubsub.subscribe(*start)
         if stop and pubsub.subscribed:
             pubsub.unsubscribe(*stop)
+
+    def _handle_buffered(self, pubsub: Any) -> None:
+        """Handle every reply already there (read with the one before, or buffered)."""
+        while (message := pubsub.get_message(timeout=0)) is not None:
+            self._handle(message)
 
     def _read_one(self, pubsub: Any) -> None:
         """The reply waiting on the connection, read without redis-py's ``get_message``
