@@ -14,6 +14,7 @@ by :func:`~django_redislock.drivers.run` or :func:`~django_redislock.drivers.aru
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import threading
@@ -23,7 +24,13 @@ from typing import Any
 
 from . import drivers, protocol
 from .clock import now as clock
-from .exceptions import LockLost, LockNotAcquired, LockNotOwned, RedisLockError
+from .exceptions import (
+    LockBackendUnavailable,
+    LockLost,
+    LockNotAcquired,
+    LockNotOwned,
+    RedisLockError,
+)
 from .keys import validate_name
 from .lock import Lock
 from .steps import Send, Step
@@ -144,7 +151,9 @@ class MultiLock:
         return drivers.run(_acquire(self, blocking, timeout))
 
     def release(self) -> None:
-        """Release every part; ``LockNotOwned`` (after releasing the rest) if any was lost."""
+        """Release every part, whatever happens to the others; then ``LockNotOwned`` if
+        any was lost, or the error of those that failed (``LockBackendUnavailable``,
+        naming each part; a part not released expires by its TTL, never renewed)."""
         drivers.run(_release(self))
 
     def extend(self, ttl: float | None = None) -> None:
@@ -321,24 +330,67 @@ def _release(multi: MultiLock) -> Generator[Step, Any, None]:
 def _each(
     multi: MultiLock, method: str, args: tuple[Any, ...], *, shielded: bool = False
 ) -> Generator[Step, Any, None]:
-    """``method`` on every part; the first ``LockNotOwned`` is raised after the others ran."""
+    """``method`` on every part, whatever happens to the others; then one error naming
+    every part that failed (see :func:`_parts_failed`). A part whose release failed is
+    already off the watchdog (``Lock.release`` forgets it first), so it expires by its TTL."""
     if method != "release" and not multi._may_own():
         raise LockNotOwned(
             f"Cannot {method} MultiLock {list(multi.names)!r}: this object does not hold it.",
             lock_name=multi.names[0],
         )
-    missing: list[str] = []
+    failed: list[tuple[Lock, Exception]] = []
+    cancelled: asyncio.CancelledError | None = None
     for part in multi.parts:
         try:
             yield Send(part, method, args, shielded=shielded)
-        except LockNotOwned:
-            missing.append(part.name)
-    if missing:
-        raise LockNotOwned(
-            f"Cannot {method} MultiLock {list(multi.names)!r}: {', '.join(missing)} expired "
-            "or another holder took it.",
-            lock_name=missing[0],
+        except asyncio.CancelledError as exc:
+            # A cancel mid-release: the driver runs the rest to their end; it then goes on.
+            if not shielded:
+                raise
+            cancelled = exc
+        except Exception as exc:  # the other parts still get theirs
+            failed.append((part, exc))
+    if cancelled is not None:
+        raise cancelled
+    if failed:
+        raise _parts_failed(multi, method, failed)
+
+
+def _parts_failed(multi: MultiLock, method: str, failed: list[tuple[Lock, Exception]]) -> Exception:
+    """One error for the parts ``method`` failed on: ``LockNotOwned`` when every one was
+    gone; else the first other error's kind (``LockBackendUnavailable`` with every failed
+    alias), naming each failed part and why, the first other error chained."""
+    names = list(multi.names)
+    gone = [part.name for part, exc in failed if isinstance(exc, LockNotOwned)]
+    others = [(part, exc) for part, exc in failed if not isinstance(exc, LockNotOwned)]
+    if not others:
+        return LockNotOwned(
+            f"Cannot {method} MultiLock {names!r}: {', '.join(gone)} expired or another "
+            "holder took it.",
+            lock_name=gone[0],
         )
+    first_part, first = others[0]
+    reasons = "; ".join(f"{part.name}: {exc}" for part, exc in failed)
+    left = " (each expires by its TTL)" if method == "release" else ""
+    message = (
+        f"Could not {method} {len(failed)} of {len(multi.parts)} parts of MultiLock "
+        f"{names!r}{left}: {reasons}"
+    )
+    error: Exception
+    if isinstance(first, LockBackendUnavailable):
+        aliases = dict.fromkeys(
+            alias
+            for _, exc in others
+            if isinstance(exc, LockBackendUnavailable)
+            for alias in exc.aliases
+        )
+        error = LockBackendUnavailable(message, lock_name=first_part.name, aliases=list(aliases))
+    elif isinstance(first, RedisLockError):
+        error = RedisLockError(message, lock_name=first_part.name)
+    else:
+        return first  # not ours to rename (a bug, a bad argument): as it was raised
+    error.__cause__ = first
+    return error
 
 
 __all__ = ["MAX_NAMES", "MultiLock"]

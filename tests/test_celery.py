@@ -227,6 +227,24 @@ def test_a_failed_run_frees_the_queued_key(celery: Workers) -> None:
     assert lock_info(f"queued:{key}") is None and lock_info(f"queued:{key}:run") is None
 
 
+def test_a_marker_that_cannot_be_adopted_still_frees_the_run_lock(celery: Workers) -> None:
+    from django_redislock import Lock, LockConfigurationError, lock_info
+    from django_redislock.connection import lock_client
+
+    key = uuid.uuid4().hex[:8]
+    result = celery_app.queued_task.apply_async((key, ""), countdown=1)
+    # The queued marker's key becomes another type while the task waits: adopting it in
+    # the worker fails (WRONGTYPE) after the run lock was taken.
+    marker_key = Lock(f"queued:{key}").key
+    client = lock_client("default")
+    client.delete(marker_key)
+    client.zadd(marker_key, {"not-a-lock": 1})
+    with pytest.raises(LockConfigurationError):
+        result.get(timeout=RESULT_TIMEOUT)
+    assert lock_info(f"queued:{key}:run") is None  # released, not renewed on and on
+    client.delete(marker_key)
+
+
 def test_a_revoked_queued_task_frees_its_key(celery: Workers, tmp_path: Path) -> None:
     from django_redislock import lock_info
 

@@ -196,3 +196,107 @@ def test_a_forked_child_does_not_own_it(real_backend: Any) -> None:
     os.waitpid(pid, 0)
     assert result == b"\x00" and multi.owned()
     multi.release()
+
+
+# -- a release while the server is down (the soak's first defect) ----------------------------
+def _durable_default(make_server: Any, settings: Any) -> Any:
+    server = make_server(appendonly=True, appendfsync="always")
+    settings.CACHES = {
+        **settings.CACHES,
+        "default": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": server.url,
+            "OPTIONS": {"SOCKET_TIMEOUT": 0.5, "SOCKET_CONNECT_TIMEOUT": 0.5},
+        },
+    }
+    return server
+
+
+def _release_while_down(server: Any, release: Any) -> BaseException:
+    """Run ``release`` (which kills the server first), restart the server (the keys come
+    back from the AOF); the error it raised."""
+    try:
+        release()
+    except BaseException as exc:  # asserted by the caller
+        error = exc
+    else:
+        raise AssertionError("release() with the server down did not raise")
+    finally:
+        server.restart()
+    return error
+
+
+def _assert_every_part_tried_and_left_to_expire(multi: MultiLock, error: BaseException) -> None:
+    from django_redislock import LockBackendUnavailable
+
+    assert isinstance(error, LockBackendUnavailable)
+    assert "2 of 2 parts" in str(error)
+    assert "account:1:" in str(error) and "account:2:" in str(error)
+    assert error.aliases == ("default",)
+    with pytest.raises(LockNotOwned, match="does not hold it"):
+        multi.release()
+    # Both keys came back with the restart; neither is renewed any more, so both expire
+    # within their TTL (a part left on the watchdog stayed held until force-released).
+    assert lock_info("account:1") is not None or lock_info("account:2") is not None
+    assert wait_until(
+        lambda: lock_info("account:1") is None and lock_info("account:2") is None, timeout=4
+    )
+
+
+def test_a_release_that_fails_tries_every_part_and_leaves_none_renewed(
+    make_server: Any, settings: Any
+) -> None:
+    server = _durable_default(make_server, settings)
+    multi = MultiLock(NAMES, ttl=1, watchdog=True)
+    assert multi.acquire(blocking=False)
+    error = _release_while_down(server, lambda: (server.kill(), multi.release()))
+    _assert_every_part_tried_and_left_to_expire(multi, error)
+
+
+def test_a_failing_exit_tries_every_part_and_leaves_none_renewed(
+    make_server: Any, settings: Any
+) -> None:
+    server = _durable_default(make_server, settings)
+    multi = MultiLock(NAMES, ttl=1, watchdog=True)
+
+    def leave() -> None:
+        with multi:
+            server.kill()
+
+    error = _release_while_down(server, leave)
+    _assert_every_part_tried_and_left_to_expire(multi, error)
+
+
+def test_a_failing_async_release_tries_every_part_and_leaves_none_renewed(
+    make_server: Any, settings: Any
+) -> None:
+    server = _durable_default(make_server, settings)
+
+    async def main() -> None:
+        multi = MultiLock(NAMES, ttl=1, watchdog=True)
+        assert await multi.aacquire(blocking=False)
+        server.kill()
+        try:
+            with pytest.raises(Exception) as raised:
+                await multi.arelease()
+        finally:
+            server.restart()
+        error = raised.value
+        # the watchdog task lives on this loop: keep it running while the keys expire
+        await asyncio.to_thread(_assert_every_part_tried_and_left_to_expire, multi, error)
+
+    asyncio.run(main())
+
+
+def test_a_cancelled_async_release_still_releases_every_part(lock_backend: Any) -> None:
+    async def main() -> None:
+        multi = MultiLock(NAMES, ttl=30)
+        assert await multi.aacquire(blocking=False)
+        task = asyncio.ensure_future(multi.arelease())
+        await asyncio.sleep(0)  # its first part's release is under way
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert lock_info("account:1") is None and lock_info("account:2") is None

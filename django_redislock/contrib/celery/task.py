@@ -158,13 +158,13 @@ class LockedTask(Task):
         if not lock.acquire(timeout=wait):
             return self._busy(lock, options)
         marker = None
-        if queued_marker is not None:
-            marker = queued.adopt_marker(
-                *queued_marker, options, ttl=options.ttl, watchdog=options.watchdog
-            )
         context = _held.set((*_held.get(), (self.name, lock)))
         try:
             try:
+                if queued_marker is not None:  # inside: its error releases the lock too
+                    marker = queued.adopt_marker(
+                        *queued_marker, options, ttl=options.ttl, watchdog=options.watchdog
+                    )
                 result = super().__call__(*args, **kwargs)
             finally:
                 _held.reset(context)
