@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import gc
 import itertools
+import logging
 import multiprocessing
 import os
 import time
@@ -215,6 +216,105 @@ def test_release_within_validity_raises_when_a_majority_says_not_ours(cluster):
     c.clients[1].delete(key("taken"))
     with pytest.raises(LockNotOwned):
         lock.release()
+
+
+# -- the watchdog with one node another's and one silent (issue 51, defect 2) -----------
+class _Renewals(logging.Handler):
+    """Counts the watchdog's failed renewals it retries (its INFO records)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.retried = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.retried += record.getMessage().startswith("Renewing")
+
+
+@pytest.fixture
+def renewals():
+    handler = _Renewals()
+    watchdog_logger = logging.getLogger("django_redislock.watchdog")
+    level = watchdog_logger.level
+    watchdog_logger.addHandler(handler)
+    watchdog_logger.setLevel(logging.INFO)
+    yield handler
+    watchdog_logger.removeHandler(handler)
+    watchdog_logger.setLevel(level)
+
+
+def _split_watched(cluster: Any, name: str) -> tuple[Cluster, Redlock, list[float]]:
+    """A watched Redlock held on nodes 0 and 2 (node 1 has another's value); the lost
+    times its ``on_lost`` saw."""
+    c = cluster(3, proxied=(2,))
+    c.clients[1].set(key(name), "someone-else", px=30_000)
+    lost_at: list[float] = []
+    lock = Redlock(
+        name, ttl=1.5, watchdog=True, node_timeout=0.2,
+        on_lost=lambda _lock: lost_at.append(lock_module.clock()),
+    )  # fmt: skip
+    return c, lock, lost_at
+
+
+def test_the_watchdog_retries_a_split_renewal_within_validity(cluster, renewals):
+    """One renewed, one "not ours", one silent: not lost; renewed once the node is back."""
+    c, lock, lost_at = _split_watched(cluster, "dog-split")
+    assert lock.acquire(timeout=0)
+    assert settled(lock)
+    c.proxies[2].hold()
+    assert wait_until(lambda: renewals.retried >= 1, timeout=5)
+    assert not lock.lost and lost_at == []  # marked lost at once before the fix
+    c.proxies[2].release_hold()
+    retried_until = lock.valid_until
+    assert wait_until(lambda: lock.valid_until > retried_until, timeout=5)  # renewed
+    assert not lock.lost and lock.owned()
+    lock.release()
+
+
+def test_the_watchdog_marks_a_split_lost_when_validity_runs_out(cluster, renewals):
+    c, lock, lost_at = _split_watched(cluster, "dog-split-out")
+    assert lock.acquire(timeout=0)
+    assert settled(lock)
+    c.proxies[2].hold()
+    assert wait_until(lambda: renewals.retried >= 1, timeout=5)
+    valid_until = lock.valid_until  # the last renewal's validity: none succeeds after it
+    assert wait_until(lambda: lost_at, timeout=5)
+    assert renewals.retried >= 2 and lost_at[0] >= valid_until
+    with pytest.raises(LockNotOwned):
+        lock.release()
+    c.proxies[2].release_hold()
+
+
+def test_the_async_watchdog_retries_a_split_renewal_within_validity(cluster, renewals):
+    c, lock, lost_at = _split_watched(cluster, "dog-split-async")
+
+    async def until(predicate: Any) -> None:
+        while not predicate():
+            await asyncio.sleep(0.01)
+
+    async def main() -> None:
+        assert await lock.aacquire(timeout=0)
+        await asyncio.wait_for(until(lock.transport.idle), 5)
+        c.proxies[2].hold()
+        await asyncio.wait_for(until(lambda: renewals.retried >= 1), 5)
+        assert not lock.lost and lost_at == []
+        c.proxies[2].release_hold()
+        retried_until = lock.valid_until
+        await asyncio.wait_for(until(lambda: lock.valid_until > retried_until), 5)
+        assert not lock.lost
+        await lock.arelease()
+
+    asyncio.run(main())
+
+
+def test_an_extend_on_a_split_says_unavailable_not_not_owned(cluster):
+    """The same rule for a caller's extend(): a split is not "not ours"."""
+    c, lock = _split_hold(cluster, "split-extend")
+    with pytest.raises(LockBackendUnavailable, match="not ours on rl1; no answer from rl2"):
+        lock.extend()
+    assert lock.token is not None and not lock.lost
+    c.proxies[2].release_hold()
+    lock.extend()
+    lock.release()
 
 
 def test_fencing_off(cluster):

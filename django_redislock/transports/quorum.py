@@ -140,10 +140,10 @@ class Quorum:
     def settle_many(self, ops: Sequence[Operation]) -> Generator[Step, Any, list[Any]]:
         """:meth:`settle` for several operations in one exchange (pipelined on each node's
         connection): each outcome, or the exception it got."""
-        quorum, total = self.quorum, len(self.connections)
+        quorum = self.quorum
 
         def enough(results: dict[str, Any]) -> bool:
-            return count(results, 1) >= quorum or count(results, 0) > total - quorum
+            return still_ours(results, quorum) is not None
 
         outcomes: list[Any] = []
         ex = yield Send(self, "open", ())
@@ -163,10 +163,37 @@ class Quorum:
         return outcomes
 
     def _settled(self, op: Operation, results: dict[str, Any], started: float) -> bool:
-        if count(results, 1) >= self.quorum:
+        verdict = still_ours(results, self.quorum)
+        if verdict:
             return op.ttl_ms is None or self._trust(op, started)
         self.raise_if_too_few(results, op.script.name)
+        if verdict is None:  # a split: not a loss, the caller decides by its validity
+            raise self._split(results, op.script.name)
         return False
+
+    def _split(self, results: dict[str, Any], action: str) -> LockBackendUnavailable:
+        """The error of a split: neither a majority did ``action`` nor says "not ours"."""
+        done, refused, silent = self._sides(results)
+        error = LockBackendUnavailable(
+            f"Redlock {self.name!r}: could not {action} on a majority: done on "
+            f"{', '.join(done) or 'none'}; not ours on {', '.join(refused) or 'none'}; "
+            "no answer from "
+            + ", ".join(f"{alias} ({describe(results.get(alias))})" for alias in silent),
+            lock_name=self.name,
+            aliases=silent,
+        )
+        error.__cause__ = first_error(results)
+        return error
+
+    def _sides(self, results: dict[str, Any]) -> tuple[list[str], list[str], list[str]]:
+        """The nodes that did it (1), that say "not ours" (0) and that did not answer."""
+
+        def said(alias: str, value: int) -> bool:
+            return alias in results and not failed(results[alias]) and results[alias] == value
+
+        done = [a for a in self.connections if said(a, 1)]
+        refused = [a for a in self.connections if said(a, 0)]
+        return done, refused, [a for a in self.connections if a not in done + refused]
 
     def steps(self, op: Operation) -> Generator[Step, Any, Any]:
         """The steps of ``op`` on the nodes: an acquire attempt, a release, or a call a
@@ -320,7 +347,7 @@ class Quorum:
         quorum = self.quorum
 
         def enough(results: dict[str, Any]) -> bool:
-            return count(results, 1) >= quorum or count(results, 0) >= quorum
+            return still_ours(results, quorum) is not None
 
         ex = yield Send(self, "open", ())
         try:
@@ -328,18 +355,17 @@ class Quorum:
             results = yield Send(ex, "gather", (round_no, enough))
         finally:
             ex.close()
-        released = count(results, 1)
-        if released >= quorum:
+        verdict = still_ours(results, quorum)
+        if verdict:
             return True
         self.raise_if_too_few(results, "release")
-        if not valid or count(results, 0) >= quorum:
+        if verdict is False or not valid:
             return False
-        silent = [a for a in self.connections if a not in results or failed(results[a])]
-        refused = [a for a in self.connections if a in results and results[a] == 0]
+        done, refused, silent = self._sides(results)
         logger.warning(
             "Redlock %r released on %d of %d nodes within its validity; not ours on %s; "
             "no answer from %s, where our key stays until its TTL (%.3fs at most)",
-            self.name, released, len(self.connections), refused or "none",
+            self.name, len(done), len(self.connections), refused or "none",
             [f"{a} ({describe(results.get(a))})" for a in silent] or "none",
             self.kind.ttl_ms / 1000,
         )  # fmt: skip
@@ -418,6 +444,22 @@ class Quorum:
                 lock_name=self.name,
                 aliases=missing,
             ) from first_error(results)
+
+
+def still_ours(results: dict[str, Any], quorum: int) -> bool | None:
+    """Do we still hold it, by the nodes' answers to a release or a renewal of our token:
+    True when a majority did it, False when a majority says "not ours", None for a split.
+
+    The one rule release and renewal share. A split (one did it, one says "not ours", one
+    silent) within validity is not a loss: the lock was ours on a majority and our key
+    stays on a silent node until its TTL. So a release within validity counts as done
+    and the watchdog retries the renewal; past validity the lock is lost.
+    """
+    if count(results, 1) >= quorum:
+        return True
+    if count(results, 0) >= quorum:
+        return False
+    return None
 
 
 def granted_by(result: Any) -> bool:
