@@ -477,12 +477,11 @@ class _AliasListener:
                     ready, _, _ = select.select([fileno, self._wake_r], [], [], timeout)
                     with self._socket_lock:
                         # First: the heir of a hand-off waits on it. Then what came with
-                        # it: reading that waits in a syscall, which lets the woken waiter
-                        # have the GIL sooner.
+                        # it, whoever leads now: a reply left in the client's buffer is
+                        # one a leader's select() on the socket never sees.
                         if fileno in ready and _can_read(pubsub):
                             self._read_one(pubsub)
-                        if self.leader is None:
-                            self._handle_buffered(pubsub)
+                        self._handle_buffered(pubsub)
                 else:  # a waiting thread reads it (or did a moment ago)
                     ready, _, _ = select.select([self._wake_r], [], [], min(timeout, PARK_SECONDS))
                 if self._wake_r in ready:
@@ -528,9 +527,15 @@ class _AliasListener:
             pubsub.unsubscribe(*stop)
 
     def _handle_buffered(self, pubsub: Any) -> None:
-        """Handle every reply already there (read with the one before, or buffered)."""
-        while (message := pubsub.get_message(timeout=0)) is not None:
-            self._handle(message)
+        """Handle every reply already there (read with the one before, or buffered).
+
+        Each reader of the socket calls it before it lets the socket go, so no complete
+        reply stays in the client's buffer, where a ``select()`` on the socket cannot see
+        it. Each reply is read, even one redis-py's ``get_message`` would answer with
+        None (a health check's), which would have ended the loop early.
+        """
+        while _can_read(pubsub):
+            self._read_one(pubsub)
 
     def _read_one(self, pubsub: Any) -> None:
         """The reply waiting on the connection, read without redis-py's ``get_message``

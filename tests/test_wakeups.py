@@ -299,3 +299,106 @@ def test_a_message_cut_off_midway_does_not_keep_a_waiting_thread(settings, make_
                 assert wait_until(lambda: leading.waiter.woken, timeout=10)
         finally:
             proxy.heal()
+
+
+# -- a reply left in the client's buffer while a thread starts leading ---------------------
+
+
+class _ReadThenStall:
+    """The subscriber's read of one reply, then a stall until a waiting thread leads:
+    what a subscriber thread descheduled between its read and its next check looks like.
+    The read took every reply that came in the same segment into the client's buffer."""
+
+    def __init__(self, listener: Any) -> None:
+        self.listener = listener
+        self.original = listener._read_one
+        self.read = threading.Event()
+        self.go_on = threading.Event()
+        self.armed = False  # armed by the test once its waiters are subscribed
+
+    def __call__(self, pubsub: Any) -> None:
+        self.original(pubsub)
+        if self.armed and threading.current_thread().name.startswith("redislock-subscriber"):
+            self.armed = False
+            self.read.set()
+            self.go_on.wait(10)
+
+
+def _publish_together(client: Any, *messages: tuple[str, str]) -> None:
+    pipe = client.pipeline(transaction=False)
+    for channel, data in messages:
+        pipe.publish(channel, data)
+    assert pipe.execute() == [1] * len(messages)
+
+
+@pytest.fixture
+def stalled_read(monkeypatch):
+    listener = waiting._listener("default")
+    stall = _ReadThenStall(listener)
+    monkeypatch.setattr(listener, "_read_one", stall)
+    yield stall
+    stall.go_on.set()
+
+
+def test_a_buffered_wake_reaches_a_thread_that_began_leading_meanwhile(real_backend, stalled_read):
+    listener = stalled_read.listener
+    first = waiting.register("default", "redislock:{buf-first}:released", token="tok-f")
+    heir = waiting.register("default", "redislock:{buf-heir}:released", token="tok-h")
+    try:
+        _subscribed(first, heir)
+        stalled_read.armed = True
+        _publish_together(
+            real_backend.client(),
+            ("redislock:{buf-first}:released", wakeups.FREE),
+            ("redislock:{buf-heir}:released", wakeups.FREE),
+        )
+        assert stalled_read.read.wait(10)  # the first read; the second reply is buffered
+        result: list[bool] = []
+        waits = threading.Thread(target=lambda: result.append(heir.wakeup.wait(3)))
+        waits.start()
+        assert wait_until(lambda: listener.leader is heir.wakeup, timeout=5)
+        stalled_read.go_on.set()
+        waits.join(10)
+        # On the old code the buffered release waited for the deadline: [False].
+        assert result == [True] and first.woken
+    finally:
+        _close(first, heir)
+
+
+def test_a_buffered_wake_reaches_a_task_while_a_thread_leads(real_backend, stalled_read):
+    listener = stalled_read.listener
+    first = waiting.register("default", "redislock:{buf-a-first}:released", token="tok-af")
+    leader = waiting.register("default", "redislock:{buf-a-lead}:released", token="tok-al")
+    leads: list[bool] = []
+    thread = threading.Thread(target=lambda: leads.append(leader.wakeup.wait(5)))
+
+    async def a_task_waits() -> bool:
+        loop = asyncio.get_running_loop()
+        task = waiting.register(
+            "default", "redislock:{buf-a-task}:released", loop=loop, token="tok-at"
+        )
+        try:
+            assert await task.wakeup.wait(5)  # the subscription's confirmation
+            task.clear()
+            stalled_read.armed = True
+            _publish_together(
+                real_backend.client(),
+                ("redislock:{buf-a-first}:released", wakeups.FREE),
+                ("redislock:{buf-a-task}:released", wakeups.FREE),
+            )
+            assert stalled_read.read.wait(10)
+            thread.start()  # a thread begins to lead while the task's wake is buffered
+            assert wait_until(lambda: listener.leader is leader.wakeup, timeout=5)
+            stalled_read.go_on.set()
+            # On the old code it came when the leading thread's wait ran out (5 s).
+            return await task.wakeup.wait(2)
+        finally:
+            _close(task)
+
+    try:
+        _subscribed(first, leader)
+        assert asyncio.run(a_task_waits()) is True
+    finally:
+        leader.wake()
+        thread.join(10)
+        _close(first, leader)
