@@ -4,8 +4,10 @@
 (``tests/test_soak.py``). It starts its own servers: one for ``Lock`` names (append-only,
 ``fsync always``), three Redlock nodes (the same, each behind a :class:`FaultProxy`) and
 one for the protected resources, which no fault touches. Worker processes
-(:mod:`tests.soak.worker`) of threads and asyncio tasks lock four ``Lock`` names and two
-``Redlock`` names; every critical section does a fenced read-modify-write. Meanwhile the
+(:mod:`tests.soak.worker`) of threads and asyncio tasks lock four ``Lock`` names, two
+``Redlock`` names and two ``Semaphore`` names (limits 2 and 3); every critical section of
+a Lock or a Redlock does a fenced read-modify-write. ``--<kind>-workers 0`` leaves a
+kind out. Meanwhile the
 controller injects one fault at a time, at random (``FAULTS``), and logs it. At the end
 the workers stop by themselves, the controller waits for the last keys to expire, and
 :mod:`tests.soak.checks` reads the histories: violations must be 0.
@@ -34,13 +36,14 @@ from typing import Any
 
 from django_redislock.testing import FaultProxy, RedisServer
 from tests.faults.harness import now_ns, read_history
-from tests.soak.checks import FAULTS, check_all
+from tests.soak.checks import FAULTS, SEMAPHORE_LIMITS, check_all
 from tests.soak.resource import NamedResource
 from tests.support.polling import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 LOCK_NAMES = ["soak-a", "soak-b", "soak-c", "soak-d"]
 REDLOCK_NAMES = ["soak-r1", "soak-r2"]
+SEMAPHORE_NAMES = list(SEMAPHORE_LIMITS)
 TTL = 1.0
 REDLOCK_TTL = 2.0
 
@@ -52,6 +55,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--faults", nargs="+", choices=FAULTS, default=FAULTS)
     parser.add_argument("--lock-workers", type=int, default=4)
     parser.add_argument("--redlock-workers", type=int, default=2)
+    parser.add_argument("--semaphore-workers", type=int, default=2)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--report", type=Path, default=None, help="write the report here too")
     parser.add_argument("--json", type=Path, default=None, help="the figures as JSON")
@@ -94,7 +98,7 @@ class Soak:
         config = {
             "worker": worker,
             "kind": kind,
-            "names": REDLOCK_NAMES if redlock else LOCK_NAMES,
+            "names": {"redlock": REDLOCK_NAMES, "semaphore": SEMAPHORE_NAMES}.get(kind, LOCK_NAMES),
             "ttl": REDLOCK_TTL if redlock else TTL,
             "lock_url": self.lock_server.url,
             "node_urls": [proxy.url for proxy in self.proxies],
@@ -242,6 +246,8 @@ class Soak:
             self.spawn("lock")
         for _ in range(self.args.redlock_workers):
             self.spawn("redlock")
+        for _ in range(self.args.semaphore_workers):
+            self.spawn("semaphore")
         while True:
             pause = self.rng.uniform(0.3, 1.5)  # the fault schedule, not a synchronisation
             if time.monotonic() + pause >= self.deadline - 1:

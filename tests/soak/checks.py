@@ -33,6 +33,8 @@ REDIS_FAULTS = (
 FAULTS = [*WORKER_FAULTS, *REDIS_FAULTS, "force-release"]
 #: After a fault ends, calls that were in flight may still fail this long.
 GRACE_NS = 1 * NS
+#: The soak's Semaphore names and their limits (the workers', unless broken).
+SEMAPHORE_LIMITS = {"soak-s2": 2, "soak-s3": 3}
 #: A waiter must get a freed lock within this (the 2 s safety net of a lost wake-up,
 #: plus slack for a loaded machine).
 NET_NS = 3 * NS
@@ -100,6 +102,29 @@ def check_exclusion(name: str, spans: list[Window]) -> list[str]:
                     f"{name}: {a.worker} (fence {a.fence}) and {b.worker} (fence {b.fence}) "
                     f"both believed they held it for {(min(a.end, b.end) - b.start) / 1e6:.1f} ms"
                 )
+    return out
+
+
+def check_limit(name: str, spans: list[Window], limit: int) -> list[str]:
+    """At most ``limit`` holders believed they held a permit at any moment."""
+    # An end sorts before a start at the same instant: a permit handed straight on.
+    edges = sorted(
+        [(w.start, 1, i) for i, w in enumerate(spans)]
+        + [(w.end, -1, i) for i, w in enumerate(spans)]
+    )
+    out = []
+    inside: set[int] = set()
+    for _, step, index in edges:
+        if step < 0:
+            inside.discard(index)
+            continue
+        inside.add(index)
+        if len(inside) > limit:
+            holders = ", ".join(sorted(spans[i].worker for i in inside))
+            out.append(
+                f"{name}: {len(inside)} holders believed they held one of {limit} "
+                f"permits: {holders}"
+            )
     return out
 
 
@@ -197,8 +222,11 @@ def check_all(
     violations = []
     for name, lines in sorted(by_name(history).items()):
         spans = held_windows(lines, force_released[name])
-        violations += check_exclusion(name, spans)
-        violations += check_fence_order(name, spans)
+        if name in SEMAPHORE_LIMITS:
+            violations += check_limit(name, spans, SEMAPHORE_LIMITS[name])
+        else:
+            violations += check_exclusion(name, spans)
+            violations += check_fence_order(name, spans)
         violations += check_liveness(name, lines, faults)
     for name, resource in sorted(resources.items()):
         accepted = resource.accepted()

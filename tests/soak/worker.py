@@ -8,7 +8,11 @@ name's fenced resource, write counter + 1 with the fence, hold a moment, release
 operation and every error goes to the history file of that thread or task.
 
 ``broken=True`` is the deliberately broken lock: release is a raw ``DEL`` with no token
-check (on every node for a Redlock), so a holder that lost its lock deletes the next one's.
+check (on every node for a Redlock), so a holder that lost its lock deletes the next one's;
+a broken Semaphore worker asks for one permit more than the name's limit.
+
+Semaphore holders hold together, so they do no fenced read-modify-write: what is checked
+for them is the limit.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Any
 
 from django_redislock import wakeups
 from tests.faults.harness import History, lock_validity_ns, now_ns
+from tests.soak.checks import SEMAPHORE_LIMITS
 from tests.soak.resource import NamedResource
 
 #: release.lua less its token check (KEYS: key, metadata; ARGV: channel).
@@ -73,14 +78,26 @@ class Actor:
         }
 
     def new_lock(self) -> Any:
-        from django_redislock import Lock, Redlock
+        from django_redislock import Lock, Redlock, Semaphore
 
         config = self.config
         name = self.rng.choice(config["names"])
         watchdog = self.rng.random() < 0.5
         if config["kind"] == "redlock":
             return Redlock(name, ttl=config["ttl"], watchdog=watchdog, node_timeout=0.5)
+        if config["kind"] == "semaphore":
+            limit = SEMAPHORE_LIMITS[name] + (1 if config["broken"] else 0)
+            return Semaphore(name, limit, connection="lock", ttl=config["ttl"], watchdog=watchdog)
         return Lock(name, connection="lock", ttl=config["ttl"], watchdog=watchdog)
+
+    @property
+    def exclusive(self) -> bool:
+        """Whether its holders hold alone (and so do the fenced read-modify-write)."""
+        return self.config["kind"] != "semaphore"
+
+    @property
+    def broken_release_on(self) -> bool:
+        return self.config["broken"] and self.exclusive
 
     def timeout(self) -> float:
         return self.rng.uniform(0.2, 8.0)
@@ -116,6 +133,8 @@ class Actor:
         return ok
 
     def critical_section(self, lock: Any) -> None:
+        if not self.exclusive:
+            return
         resource = self.resources[lock.name]
         invoke = now_ns()
         value = resource.read()
@@ -184,7 +203,7 @@ class Actor:
 
     def release(self, lock: Any) -> None:
         start = self.before_release(lock)
-        if self.config["broken"]:
+        if self.broken_release_on:
             outcome = self.broken_release(lock)
         else:
             try:
@@ -215,7 +234,7 @@ class Actor:
 
     async def arelease(self, lock: Any) -> None:
         start = self.before_release(lock)
-        if self.config["broken"]:
+        if self.broken_release_on:
             outcome = self.broken_release(lock)
         else:
             try:
