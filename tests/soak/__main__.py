@@ -36,7 +36,7 @@ from typing import Any
 
 from django_redislock.testing import FaultProxy, RedisServer
 from tests.faults.harness import now_ns, read_history
-from tests.soak.checks import FAULTS, SEMAPHORE_LIMITS, check_all
+from tests.soak.checks import ELECTION_NAMES, FAULTS, RWLOCK_NAMES, SEMAPHORE_LIMITS, check_all
 from tests.soak.resource import NamedResource
 from tests.support.polling import wait_until
 
@@ -44,6 +44,18 @@ REPO = Path(__file__).resolve().parents[2]
 LOCK_NAMES = ["soak-a", "soak-b", "soak-c", "soak-d"]
 REDLOCK_NAMES = ["soak-r1", "soak-r2"]
 SEMAPHORE_NAMES = list(SEMAPHORE_LIMITS)
+#: Each kind's names (a MultiLock's parts are the plain Lock names) and default workers.
+NAMES = {
+    "lock": LOCK_NAMES,
+    "redlock": REDLOCK_NAMES,
+    "semaphore": SEMAPHORE_NAMES,
+    "rwlock": RWLOCK_NAMES,
+    "multilock": LOCK_NAMES,
+    "election": ELECTION_NAMES,
+}
+WORKERS = {"lock": 4, "redlock": 2, "semaphore": 2, "rwlock": 2, "multilock": 2, "election": 2}
+#: Threads and asyncio tasks per worker process, by kind (the rest: 2 and 2).
+ACTORS = {"redlock": (1, 1), "multilock": (1, 1), "election": (1, 1)}
 TTL = 1.0
 REDLOCK_TTL = 2.0
 
@@ -53,9 +65,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seconds", type=float, default=float(os.environ.get("SOAK_SECONDS", 600)))
     parser.add_argument("--broken", action="store_true", help="release without the token check")
     parser.add_argument("--faults", nargs="+", choices=FAULTS, default=FAULTS)
-    parser.add_argument("--lock-workers", type=int, default=4)
-    parser.add_argument("--redlock-workers", type=int, default=2)
-    parser.add_argument("--semaphore-workers", type=int, default=2)
+    for kind, workers in WORKERS.items():
+        parser.add_argument(f"--{kind}-workers", type=int, default=workers, metavar="N")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--report", type=Path, default=None, help="write the report here too")
     parser.add_argument("--json", type=Path, default=None, help="the figures as JSON")
@@ -80,7 +91,7 @@ class Soak:
         self.resource_server = RedisServer().start()
         self.resources = {
             name: NamedResource(self.resource_server.url, name)
-            for name in LOCK_NAMES + REDLOCK_NAMES
+            for name in LOCK_NAMES + REDLOCK_NAMES + RWLOCK_NAMES + ELECTION_NAMES
         }
         for resource in self.resources.values():
             resource.create()
@@ -94,18 +105,18 @@ class Soak:
     def spawn(self, kind: str) -> None:
         self.spawned += 1
         worker = f"w{self.spawned}"
-        redlock = kind == "redlock"
+        threads, tasks = ACTORS.get(kind, (2, 2))
         config = {
             "worker": worker,
             "kind": kind,
-            "names": {"redlock": REDLOCK_NAMES, "semaphore": SEMAPHORE_NAMES}.get(kind, LOCK_NAMES),
-            "ttl": REDLOCK_TTL if redlock else TTL,
+            "names": NAMES[kind],
+            "ttl": REDLOCK_TTL if kind == "redlock" else TTL,
             "lock_url": self.lock_server.url,
             "node_urls": [proxy.url for proxy in self.proxies],
             "resource_url": self.resource_server.url,
             "history_dir": str(self.history_dir),
-            "threads": 1 if redlock else 2,
-            "tasks": 1 if redlock else 2,
+            "threads": threads,
+            "tasks": tasks,
             "deadline": self.deadline,
             "broken": self.args.broken,
         }
@@ -242,12 +253,9 @@ class Soak:
 
     # -- the run -----------------------------------------------------------------------
     def run(self) -> None:
-        for _ in range(self.args.lock_workers):
-            self.spawn("lock")
-        for _ in range(self.args.redlock_workers):
-            self.spawn("redlock")
-        for _ in range(self.args.semaphore_workers):
-            self.spawn("semaphore")
+        for kind in WORKERS:
+            for _ in range(getattr(self.args, f"{kind}_workers")):
+                self.spawn(kind)
         while True:
             pause = self.rng.uniform(0.3, 1.5)  # the fault schedule, not a synchronisation
             if time.monotonic() + pause >= self.deadline - 1:
@@ -330,6 +338,7 @@ def figures(soak: Soak, history: list[dict[str, Any]], violations: list[str]) ->
         elif op == "error":
             ops[f"error: {line['error']}"] += 1
     return {
+        "kinds": per_kind(soak, history),
         "seconds": soak.args.seconds,
         "broken": soak.args.broken,
         "workers": soak.spawned,
@@ -340,10 +349,41 @@ def figures(soak: Soak, history: list[dict[str, Any]], violations: list[str]) ->
     }
 
 
+def per_kind(soak: Soak, history: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Per kind (a read-write lock's readers and writers apart): worker processes, rounds
+    that acquired (a MultiLock once, not once per name), rounds that timed out, errors."""
+    out: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    for kind in soak.kinds.values():
+        for row in [f"{kind} (read)", f"{kind} (write)"] if kind == "rwlock" else [kind]:
+            out[row]["workers"] += 1  # the same processes read and write
+    rounds = set()
+    for line in history:
+        kind = soak.kinds[line["worker"].rsplit("-", 1)[0]]
+        if line.get("mode"):
+            kind = f"{kind} ({line['mode']})"
+        if line["op"] == "error":
+            out[kind]["errors"] += 1
+        elif line["op"] == "acquire" and (line["worker"], line["invoke_ns"]) not in rounds:
+            rounds.add((line["worker"], line["invoke_ns"]))
+            out[kind]["acquired" if line["ok"] else "timed out"] += 1
+    return {kind: dict(counts) for kind, counts in sorted(out.items())}
+
+
 def render(result: dict[str, Any]) -> str:
     lines = [
-        f"Soak: {result['seconds']:g} s{' (broken lock)' if result['broken'] else ''}, "
+        f"Soak: {result['seconds']:g} s{' (broken variants)' if result['broken'] else ''}, "
         f"{result['workers']} worker processes",
+        "",
+        "| kind | workers | acquired | timed out | errors |",
+        "|---|---:|---:|---:|---:|",
+        *(
+            f"| {kind} | "
+            + " | ".join(
+                f"{n.get(column, 0):,}" for column in ("workers", "acquired", "timed out", "errors")
+            )
+            + " |"
+            for kind, n in result["kinds"].items()
+        ),
         "",
         "| operations | count |",
         "|---|---:|",

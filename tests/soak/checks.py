@@ -35,6 +35,14 @@ FAULTS = [*WORKER_FAULTS, *REDIS_FAULTS, "force-release"]
 GRACE_NS = 1 * NS
 #: The soak's Semaphore names and their limits (the workers', unless broken).
 SEMAPHORE_LIMITS = {"soak-s2": 2, "soak-s3": 3}
+#: The soak's ReadWriteLock names (70 % of their rounds read, 30 % write).
+RWLOCK_NAMES = ["soak-rw1", "soak-rw2"]
+#: The soak's Election names.
+ELECTION_NAMES = ["soak-e1"]
+#: A waiting writer has its place in line at its second try, 1 ms after its first; a
+#: reader that asks this much later must not go in before it (docs/kinds.md: writers
+#: are not starved). Slack for a loaded machine between the two tries.
+WRITER_AHEAD_NS = 1 * NS
 #: A waiter must get a freed lock within this (the 2 s safety net of a lost wake-up,
 #: plus slack for a loaded machine).
 NET_NS = 3 * NS
@@ -128,6 +136,109 @@ def check_limit(name: str, spans: list[Window], limit: int) -> list[str]:
     return out
 
 
+def check_writer_exclusion(name: str, writers: list[Window], readers: list[Window]) -> list[str]:
+    """A writer's believed-valid window overlaps no other holder's, reader or writer."""
+    everyone = writers + readers
+    writing = set(range(len(writers)))  # indexes into everyone (a Window is unhashable)
+    # An end sorts before a start at the same instant: a lock handed straight on.
+    edges = sorted(
+        [(w.start, 1, i) for i, w in enumerate(everyone)]
+        + [(w.end, -1, i) for i, w in enumerate(everyone)]
+    )
+    out = []
+    inside: set[int] = set()
+    for _, step, index in edges:
+        if step < 0:
+            inside.discard(index)
+            continue
+        new = everyone[index]
+        for other_index in inside:
+            other = everyone[other_index]
+            if other.worker == new.worker or not {index, other_index} & writing:
+                continue
+            writer, holder = (new, other) if index in writing else (other, new)
+            role = "writer" if {index, other_index} <= writing else "reader"
+            out.append(
+                f"{name}: writer {writer.worker} (fence {writer.fence}) held it beside "
+                f"{role} {holder.worker} (fence {holder.fence})"
+            )
+        inside.add(index)
+    return out
+
+
+def check_writer_starvation(
+    name: str, lines: list[dict[str, Any]], faults: list[dict[str, Any]]
+) -> list[str]:
+    """No reader that asked ``WRITER_AHEAD_NS`` after a waiting writer went in before it,
+    unless a fault (Redis-side, or the writer's own process stopped: its place lapsed)
+    overlapped the writer's wait."""
+    out = []
+    acquires = [line for line in lines if line["op"] == "acquire"]
+    readers = sorted(
+        (line["complete_ns"], line["invoke_ns"], line["worker"])
+        for line in acquires
+        if line["mode"] == "read" and line["ok"]
+    )
+    redis_faults = [f for f in faults if f["type"] in REDIS_FAULTS]
+    for writer in acquires:
+        if writer["mode"] != "write":
+            continue
+        late = writer["invoke_ns"] + WRITER_AHEAD_NS
+        first = bisect.bisect_right(readers, (late,))
+        last = bisect.bisect_left(readers, (writer["complete_ns"],))
+        ahead = [r for r in readers[first:last] if r[1] > late]
+        if not ahead:
+            continue
+        span = (writer["invoke_ns"], writer["complete_ns"])
+        own = [f for f in faults if f.get("worker") == _worker_of(writer["worker"])]
+        if _overlaps(*span, redis_faults, GRACE_NS) or _overlaps(*span, own):
+            continue
+        asked = (ahead[0][1] - writer["invoke_ns"]) / 1e9
+        out.append(
+            f"{name}: writer {writer['worker']} waited {(span[1] - span[0]) / 1e9:.2f}s; "
+            f"{len(ahead)} reader(s) went in before it, the first ({ahead[0][2]}) having "
+            f"asked {asked:.2f}s after it"
+        )
+    return out
+
+
+def check_terms(name: str, spans: list[Window]) -> list[str]:
+    """At most one believed leader per term (terms strictly growing: check_fence_order)."""
+    leaders: dict[int | None, set[str]] = defaultdict(set)
+    for span in spans:
+        leaders[span.fence].add(span.worker)
+    return [
+        f"{name}: term {term} had {len(who)} leaders: {', '.join(sorted(who))}"
+        for term, who in sorted(leaders.items(), key=lambda item: item[0] or 0)
+        if len(who) > 1
+    ]
+
+
+def check_multilocks(history: list[dict[str, Any]], faults: list[dict[str, Any]]) -> list[str]:
+    """A MultiLock that acquired holds every name (``parts`` lines), and no part of one is
+    still held after its release (``leftover`` lines: at once after a release that
+    returned, a TTL later after one that raised)."""
+    out = []
+    redis_faults = [f for f in faults if f["type"] in REDIS_FAULTS]
+    for line in history:
+        if line["op"] == "parts" and line["missing"]:
+            span = (line["invoke_ns"] - GRACE_NS, line["complete_ns"])
+            own = [f for f in faults if f.get("worker") == _worker_of(line["worker"])]
+            taken = [f for f in faults if f.get("name") in line["missing"]]  # force-release
+            if any(_overlaps(*span, group, GRACE_NS) for group in (redis_faults, own, taken)):
+                continue
+            out.append(
+                f"{line['multi']}: {line['worker']} believed it held every name; "
+                f"{', '.join(line['missing'])} not held"
+            )
+        elif line["op"] == "leftover" and line["held"]:
+            out.append(
+                f"{line['multi']}: {', '.join(line['held'])} still held by "
+                f"{line['worker']} after its release"
+            )
+    return out
+
+
 def check_fence_order(name: str, spans: list[Window]) -> list[str]:
     """Holders that believed in turn got strictly growing fences."""
     out = []
@@ -161,7 +272,8 @@ def check_liveness(
             continue
         waiting = [
             a for a in acquires
-            if a["invoke_ns"] < freed < a["complete_ns"]
+            if not a.get("multi")  # a MultiLock waits for all its names, not this one
+            and a["invoke_ns"] < freed < a["complete_ns"]
             and a["invoke_ns"] + a["timeout"] * NS > freed + NET_NS
         ]  # fmt: skip
         if not waiting:
@@ -224,14 +336,26 @@ def check_all(
         spans = held_windows(lines, force_released[name])
         if name in SEMAPHORE_LIMITS:
             violations += check_limit(name, spans, SEMAPHORE_LIMITS[name])
+        elif name in RWLOCK_NAMES:
+            side = {
+                mode: [line for line in lines if line["mode"] == mode] for mode in ("read", "write")
+            }
+            writers = held_windows(side["write"], force_released[name])
+            readers = held_windows(side["read"], force_released[name])
+            violations += check_writer_exclusion(name, writers, readers)
+            violations += check_fence_order(name, writers)
+            violations += check_writer_starvation(name, lines, faults)
         else:
             violations += check_exclusion(name, spans)
             violations += check_fence_order(name, spans)
+            if name in ELECTION_NAMES:
+                violations += check_terms(name, spans)
         violations += check_liveness(name, lines, faults)
     for name, resource in sorted(resources.items()):
         accepted = resource.accepted()
         violations += check_fences(accepted, f"resource {name}")
         violations += check_counter(resource.read(), accepted, f"resource {name}")
+    violations += check_multilocks(history, faults)
     violations += check_errors(history, faults)
     violations += check_stale_grants(history, faults)
     return violations

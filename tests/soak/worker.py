@@ -3,16 +3,19 @@
 It configures Django itself (alias ``lock`` for the single server, ``node0..`` for the
 Redlock nodes), then runs ``threads`` threads and ``tasks`` asyncio tasks (in one event
 loop thread) until ``deadline`` (a ``time.monotonic()`` reading, one clock for every
-process of the machine). Each loops: pick a name, acquire with a random timeout, read the
-name's fenced resource, write counter + 1 with the fence, hold a moment, release; every
-operation and every error goes to the history file of that thread or task.
+process of the machine). Each loops: make a subject of the worker's kind
+(:mod:`tests.soak.subjects`) on one of its names, acquire with a random timeout; if its
+holders hold alone (a Lock, a Redlock, a MultiLock's parts, a writer, a leader), read each
+name's fenced resource and write counter + 1 with the fence; hold a moment; release.
+Every operation and every error goes to the history file of that thread or task, one
+line per name (a MultiLock's parts each have theirs, with ``multi``).
 
-``broken=True`` is the deliberately broken lock: release is a raw ``DEL`` with no token
-check (on every node for a Redlock), so a holder that lost its lock deletes the next one's;
-a broken Semaphore worker asks for one permit more than the name's limit.
+A MultiLock is also checked from the Redis side: right after its acquire, which parts'
+keys hold its tokens (``parts`` lines, ``missing``); after its release, which still do
+(``leftover`` lines, ``held``): at once after a release that returned, one TTL (and a
+half second) after one that raised, by when a part it could not release must be gone.
 
-Semaphore holders hold together, so they do no fenced read-modify-write: what is checked
-for them is the limit.
+``broken=True`` runs each kind's deliberately broken variant (see :mod:`tests.soak.subjects`).
 """
 
 from __future__ import annotations
@@ -26,20 +29,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from django_redislock import wakeups
 from tests.faults.harness import History, lock_validity_ns, now_ns
-from tests.soak.checks import SEMAPHORE_LIMITS
 from tests.soak.resource import NamedResource
-
-#: release.lua less its token check (KEYS: key, metadata; ARGV: channel).
-BROKEN_RELEASE = f"""
-local deleted = redis.call('DEL', KEYS[1], KEYS[2])
-redis.call('PUBLISH', ARGV[1], '{wakeups.FREED_OUT_OF_TURN}')
-return deleted > 0 and 1 or 0
-"""
+from tests.soak.subjects import MultiSubject, Subject, break_rwlock_readers, holding, new_subject
 
 #: Errors a fault may cause; anything else is an unexpected exception (a violation).
 EXPECTED = ("LockBackendUnavailable", "LockNotOwned", "LockLost")
+#: How long after a failed MultiLock release its parts must be gone, past the TTL.
+LEFTOVER_SLACK = 0.5
+#: After an error, an actor pauses this long before its next round (as an application
+#: would), so a server that is down is not asked thousands of times a second.
+ERROR_PAUSE = 0.05
 
 
 def setup_django(config: dict[str, Any]) -> None:
@@ -76,178 +76,206 @@ class Actor:
         self.resources = {
             name: NamedResource(config["resource_url"], name) for name in config["names"]
         }
-
-    def new_lock(self) -> Any:
-        from django_redislock import Lock, Redlock, Semaphore
-
-        config = self.config
-        name = self.rng.choice(config["names"])
-        watchdog = self.rng.random() < 0.5
-        if config["kind"] == "redlock":
-            return Redlock(name, ttl=config["ttl"], watchdog=watchdog, node_timeout=0.5)
-        if config["kind"] == "semaphore":
-            limit = SEMAPHORE_LIMITS[name] + (1 if config["broken"] else 0)
-            return Semaphore(name, limit, connection="lock", ttl=config["ttl"], watchdog=watchdog)
-        return Lock(name, connection="lock", ttl=config["ttl"], watchdog=watchdog)
-
-    @property
-    def exclusive(self) -> bool:
-        """Whether its holders hold alone (and so do the fenced read-modify-write)."""
-        return self.config["kind"] != "semaphore"
-
-    @property
-    def broken_release_on(self) -> bool:
-        return self.config["broken"] and self.exclusive
+        #: MultiLock releases to check later: (due, release invoke, multi, name -> token).
+        self.pending: list[tuple[float, int, str, dict[str, str | None]]] = []
 
     def timeout(self) -> float:
         return self.rng.uniform(0.2, 8.0)
 
-    def error(self, op: str, invoke: int, lock: Any, exc: BaseException) -> None:
+    def hold(self) -> float:
+        """The critical section's length: a leader's term lasts longer, and so do broken
+        readers' holds (a stream of readers that never leaves the name unread, the one a
+        waiting writer's place is there to get through)."""
+        kind = self.config["kind"]
+        longer = kind == "election" or (kind == "rwlock" and self.config["broken"])
+        return self.rng.uniform(0, 0.3 if longer else 0.02)
+
+    def record(self, op: str, subject: Subject, **fields: Any) -> None:
+        self.history.record(op, mode=subject.mode, multi=subject.multi, **fields)
+
+    def error(self, op: str, invoke: int, subject: Subject, exc: BaseException) -> None:
         kind = type(exc).__name__
-        self.history.record(
+        self.record(
             "error",
+            subject,
             invoke_ns=invoke,
-            name=lock.name,
+            name=subject.name,
             during=op,
             error=kind,
             expected=kind in EXPECTED,
             message=str(exc)[:300],
         )
 
-    def begin(self) -> tuple[Any, int, float]:
-        """A new lock object, the acquire's invoke time, and its timeout."""
+    def begin(self) -> tuple[Subject, int, float]:
+        """A new subject, the acquire's invoke time, and its timeout."""
         self._acquire_invoke = now_ns()
-        return self.new_lock(), self._acquire_invoke, self.timeout()
+        return new_subject(self.config, self.rng, self.ident), self._acquire_invoke, self.timeout()
 
-    def acquired(self, lock: Any, invoke: int, ok: bool, timeout: float) -> bool:
-        self.history.record(
-            "acquire",
-            invoke_ns=invoke,
-            ok=ok,
-            timeout=timeout,
-            token=lock.token,
-            fence=lock.fence,
-            name=lock.name,
-            validity_ns=lock_validity_ns(lock, invoke) if ok else None,
-        )
-        return ok
+    def acquired(self, subject: Subject, invoke: int, ok: bool, timeout: float) -> bool:
+        complete = now_ns()
+        if not ok:
+            for name in subject.names():
+                self.record(
+                    "acquire", subject, invoke_ns=invoke, complete_ns=complete, ok=False,
+                    timeout=timeout, name=name,
+                )  # fmt: skip
+            return False
+        for part in subject.parts():
+            self.record(
+                "acquire",
+                subject,
+                invoke_ns=invoke,
+                complete_ns=complete,
+                ok=True,
+                timeout=timeout,
+                token=part.token,
+                fence=part.fence,
+                name=part.name,
+                validity_ns=lock_validity_ns(part, invoke),
+            )
+        if isinstance(subject, MultiSubject):
+            self.check_parts(subject)
+        return True
 
-    def critical_section(self, lock: Any) -> None:
-        if not self.exclusive:
-            return
-        resource = self.resources[lock.name]
+    def check_parts(self, subject: MultiSubject) -> None:
         invoke = now_ns()
-        value = resource.read()
-        accepted = resource.write(value + 1, lock.fence, self.ident)
-        self.history.record(
-            "write", invoke_ns=invoke, ok=accepted, fence=lock.fence, name=lock.name
-        )
+        try:
+            held = holding(subject.lock.tokens)
+        except Exception:  # Redis down: nothing to say
+            return
+        missing = [name for name in subject.names() if name not in held]
+        self.record("parts", subject, invoke_ns=invoke, missing=missing)
 
-    def before_release(self, lock: Any) -> tuple[int, str | None, int | None]:
-        # Renewals may have moved the validity on since the acquire: the last one counts.
-        start = now_ns(), lock.token, lock_validity_ns(lock, self._acquire_invoke)
-        # Written before the release is sent: a worker killed after sending it must not
-        # look like a holder that still believed (the "release" line comes after).
-        invoke, token, validity = start
-        self.history.record(
-            "releasing", invoke_ns=invoke, token=token, name=lock.name, validity_ns=validity
-        )
-        return start
+    def critical_section(self, subject: Subject) -> None:
+        if not subject.exclusive:
+            return
+        for part in subject.parts():
+            if part.fence is None:  # a broken MultiLock's part it never got
+                continue
+            resource = self.resources[part.name]
+            invoke = now_ns()
+            value = resource.read()
+            accepted = resource.write(value + 1, part.fence, self.ident)
+            self.record(
+                "write", subject, invoke_ns=invoke, ok=accepted, fence=part.fence, name=part.name
+            )
 
-    def released(self, lock: Any, start: tuple[int, str | None, int | None], outcome: str) -> None:
-        invoke, token, validity = start
-        self.history.record(
-            "release",
-            invoke_ns=invoke,
-            ok=outcome == "released",
-            token=token,
-            name=lock.name,
-            validity_ns=validity,
-            outcome=outcome,
-        )
+    def before_release(self, subject: Subject) -> list[tuple[int, str | None, int | None]]:
+        """Per part: when the release began, its token, its validity then."""
+        starts = []
+        for part in subject.parts():
+            # Renewals may have moved the validity on since the acquire: the last one counts.
+            start = now_ns(), part.token, lock_validity_ns(part, self._acquire_invoke)
+            # Written before the release is sent: a worker killed after sending it must not
+            # look like a holder that still believed (the "release" line comes after).
+            invoke, token, validity = start
+            self.record(
+                "releasing", subject, invoke_ns=invoke, token=token, name=part.name,
+                validity_ns=validity,
+            )  # fmt: skip
+            starts.append(start)
+        return starts
 
-    def broken_release(self, lock: Any) -> str:
-        """The release script without its token check: deletes whoever holds the key
-        now and wakes the waiters, on every node of a Redlock."""
-        from django_redislock.connection import lock_client
+    def released(
+        self, subject: Subject, starts: list[tuple[int, str | None, int | None]], outcome: str
+    ) -> None:
+        for part, (invoke, token, validity) in zip(subject.parts(), starts, strict=True):
+            self.record(
+                "release",
+                subject,
+                invoke_ns=invoke,
+                ok=outcome == "released",
+                token=token,
+                name=part.name,
+                validity_ns=validity,
+                outcome=outcome,
+            )
+        if isinstance(subject, MultiSubject):
+            later = 0.0 if outcome == "released" else self.config["ttl"] + LEFTOVER_SLACK
+            parts = zip(subject.parts(), starts, strict=True)
+            tokens = {part.name: token for part, (_, token, _) in parts}
+            self.pending.append((time.monotonic() + later, starts[0][0], subject.multi, tokens))
+        self.check_leftovers()
 
-        aliases = getattr(lock, "connections", None) or [lock.connection]
-        keys = lock.keys
-        deleted = sum(
-            lock_client(alias).eval(BROKEN_RELEASE, 2, keys.key, keys.meta, keys.channel)
-            for alias in aliases
-        )
-        lock.token = None
-        return "released" if deleted else "nothing"
+    def check_leftovers(self, wait: bool = False) -> None:
+        """Check the MultiLock releases that are due (``wait``: every one, when due)."""
+        due, self.pending = self.pending, []
+        for when, invoke, multi, tokens in due:
+            if when > time.monotonic() and not wait:
+                self.pending.append((when, invoke, multi, tokens))
+                continue
+            time.sleep(max(0.0, when - time.monotonic()))  # only at the end of the run
+            try:
+                held = holding(tokens)
+            except Exception:  # Redis down: nothing to say
+                continue
+            self.history.record("leftover", invoke_ns=invoke, multi=multi, held=held)
 
-    def hold(self) -> float:
-        return self.rng.uniform(0, 0.02)  # the critical section's length
+    def release_outcome(self, subject: Subject, starts: list[Any], exc: BaseException) -> str:
+        self.error("release", starts[0][0], subject, exc)
+        return type(exc).__name__
 
     # -- sync ------------------------------------------------------------------------------
     def run(self) -> None:
         while time.monotonic() < self.config["deadline"]:
-            lock, invoke, timeout = self.begin()
+            subject, invoke, timeout = self.begin()
             try:
-                ok = lock.acquire(timeout=timeout)
+                ok = subject.acquire(timeout)
             except Exception as exc:  # not one of EXPECTED: a violation
-                self.error("acquire", invoke, lock, exc)
+                self.error("acquire", invoke, subject, exc)
+                time.sleep(ERROR_PAUSE)
                 continue
-            if not self.acquired(lock, invoke, ok, timeout):
+            if not self.acquired(subject, invoke, ok, timeout):
                 continue
             try:
-                self.critical_section(lock)
+                self.critical_section(subject)
                 time.sleep(self.hold())
             finally:
-                self.release(lock)
+                self.release(subject)
+        self.check_leftovers(wait=True)
         self.history.close()
 
-    def release(self, lock: Any) -> None:
-        start = self.before_release(lock)
-        if self.broken_release_on:
-            outcome = self.broken_release(lock)
-        else:
-            try:
-                lock.release()
-                outcome = "released"
-            except Exception as exc:
-                self.error("release", start[0], lock, exc)
-                outcome = type(exc).__name__
-        self.released(lock, start, outcome)
+    def release(self, subject: Subject) -> None:
+        starts = self.before_release(subject)
+        try:
+            outcome = subject.release()
+        except Exception as exc:
+            outcome = self.release_outcome(subject, starts, exc)
+        self.released(subject, starts, outcome)
 
     # -- async -----------------------------------------------------------------------------
     async def arun(self) -> None:
         while time.monotonic() < self.config["deadline"]:
-            lock, invoke, timeout = self.begin()
+            subject, invoke, timeout = self.begin()
             try:
-                ok = await lock.aacquire(timeout=timeout)
+                ok = await subject.aacquire(timeout)
             except Exception as exc:
-                self.error("acquire", invoke, lock, exc)
+                self.error("acquire", invoke, subject, exc)
+                await asyncio.sleep(ERROR_PAUSE)
                 continue
-            if not self.acquired(lock, invoke, ok, timeout):
+            if not self.acquired(subject, invoke, ok, timeout):
                 continue
             try:
-                self.critical_section(lock)
+                self.critical_section(subject)
                 await asyncio.sleep(self.hold())
             finally:
-                await self.arelease(lock)
+                await self.arelease(subject)
+        self.check_leftovers(wait=True)
         self.history.close()
 
-    async def arelease(self, lock: Any) -> None:
-        start = self.before_release(lock)
-        if self.broken_release_on:
-            outcome = self.broken_release(lock)
-        else:
-            try:
-                await lock.arelease()
-                outcome = "released"
-            except Exception as exc:
-                self.error("release", start[0], lock, exc)
-                outcome = type(exc).__name__
-        self.released(lock, start, outcome)
+    async def arelease(self, subject: Subject) -> None:
+        starts = self.before_release(subject)
+        try:
+            outcome = await subject.arelease()
+        except Exception as exc:
+            outcome = self.release_outcome(subject, starts, exc)
+        self.released(subject, starts, outcome)
 
 
 def main(config: dict[str, Any]) -> int:
     setup_django(config)
+    if config["broken"] and config["kind"] == "rwlock":
+        break_rwlock_readers()
     worker = config["worker"]
     threads = [
         threading.Thread(target=Actor(config, f"{worker}-t{i}").run, name=f"soak-{i}")
