@@ -5,16 +5,17 @@
 ``fsync always``), three Redlock nodes (the same, each behind a :class:`FaultProxy`) and
 one for the protected resources, which no fault touches. Worker processes
 (:mod:`tests.soak.worker`) of threads and asyncio tasks lock four ``Lock`` names, two
-``Redlock`` names and two ``Semaphore`` names (limits 2 and 3); every critical section of
-a Lock or a Redlock does a fenced read-modify-write. ``--<kind>-workers 0`` leaves a
-kind out. Meanwhile the
-controller injects one fault at a time, at random (``FAULTS``), and logs it. At the end
-the workers stop by themselves, the controller waits for the last keys to expire, and
+``Redlock`` names, two ``Semaphore`` names (limits 2 and 3), two ``ReadWriteLock`` names
+(70 % readers), ``MultiLock``s over 2-3 of the ``Lock`` names, and campaign in an
+``Election``; every critical section of a Lock or a Redlock does a fenced
+read-modify-write. ``--<kind>-workers 0`` leaves a kind out. Meanwhile the controller
+injects one fault at a time, at random (``FAULTS``), and logs it. At the end the workers
+stop by themselves, the controller waits for the last keys to expire, and
 :mod:`tests.soak.checks` reads the histories: violations must be 0.
 
-``--broken`` runs the deliberately broken lock (release without the token check), which
-the checkers must catch. Exit status: 0 when the run had no violation (with ``--broken``:
-when it had some), 1 otherwise.
+``--broken`` runs a deliberately broken variant of every kind (see
+:mod:`tests.soak.subjects`), which the checkers must catch. Exit status: 0 when the run
+had no violation (with ``--broken``: when it had some), 1 otherwise.
 """
 
 from __future__ import annotations
@@ -63,7 +64,11 @@ REDLOCK_TTL = 2.0
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m tests.soak", description=__doc__)
     parser.add_argument("--seconds", type=float, default=float(os.environ.get("SOAK_SECONDS", 600)))
-    parser.add_argument("--broken", action="store_true", help="release without the token check")
+    parser.add_argument(
+        "--broken",
+        action="store_true",
+        help="a broken variant of every kind (a Lock released without its token check, ...)",
+    )
     parser.add_argument("--faults", nargs="+", choices=FAULTS, default=FAULTS)
     for kind, workers in WORKERS.items():
         parser.add_argument(f"--{kind}-workers", type=int, default=workers, metavar="N")
