@@ -1,7 +1,9 @@
 """Django system checks for the ``REDISLOCK`` settings and the lock server.
 
 Errors ``redislock.E0xx``, warnings ``redislock.W0xx``; messages and hints are
-kept together here.
+kept together here. The settings are checked offline by every ``manage.py check``; the
+lock servers themselves (reachable, eviction policy, persistence) only by
+``check --deploy``.
 """
 
 from __future__ import annotations
@@ -114,6 +116,17 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 id="redislock.E008",
             )
         )
+    retry = config["VIEW_UNAVAILABLE_RETRY_AFTER"]
+    if isinstance(retry, bool) or not isinstance(retry, int) or retry < 1:
+        messages.append(
+            Error(
+                "REDISLOCK['VIEW_UNAVAILABLE_RETRY_AFTER'] must be a whole number of seconds "
+                f">= 1, not {retry!r}.",
+                hint="It is the Retry-After of lock_view's 503, e.g. 5.",
+                obj="settings.REDISLOCK",
+                id="redislock.E009",
+            )
+        )
     prefix = config["KEY_PREFIX"]
     if not isinstance(prefix, str) or not prefix or "{" in prefix or "}" in prefix:
         messages.append(
@@ -160,11 +173,12 @@ def _server_config(client: Any) -> dict[str, str] | None:
     return values
 
 
-@register(Tags.caches)
+@register(Tags.caches, deploy=True)
 def check_eviction_policy(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """Warn when the lock server may evict held locks (W001), worse without persistence (W003).
 
-    A cluster is checked on every primary (the first problem found is reported).
+    ``check --deploy`` only: it asks the server, and plain ``check`` stays offline. A
+    cluster is checked on every primary (the first problem found is reported).
     """
     from .connection import scan_clients
 
@@ -249,6 +263,61 @@ def check_cache_lock_clients(app_configs: Any = None, **kwargs: Any) -> list[Che
                     "locks with django_redislock.Lock(name, connection=...).",
                     obj=f"settings.CACHES[{alias!r}]",
                     id="redislock.E007",
+                )
+            )
+    return messages
+
+
+def lock_connection_aliases() -> list[str]:
+    """Every connection the locks are configured to use, once each: ``CONNECTION``, the
+    ``CONNECTIONS`` entries, the Redlock nodes, and caches whose ``lock()`` is ours."""
+    from .compat import CLIENT_CLASS
+
+    config = get_config()
+    aliases: list[str] = [config["CONNECTION"]]
+    connections = config.get("CONNECTIONS") or {}
+    if isinstance(connections, dict):
+        aliases += list(connections)
+    nodes = config["REDLOCK_CONNECTIONS"]
+    if isinstance(nodes, (list, tuple)):
+        aliases += list(nodes)
+    for alias, conf in (getattr(settings, "CACHES", None) or {}).items():
+        options = conf.get("OPTIONS") or {}
+        if isinstance(options, dict) and options.get("CLIENT_CLASS") == CLIENT_CLASS:
+            aliases.append(alias)
+    return [alias for i, alias in enumerate(aliases) if alias not in aliases[:i]]
+
+
+def _unreachable(alias: str) -> str | None:
+    """Why ``alias``'s server(s) cannot be reached, or ``None`` when each answers PING."""
+    from .connection import scan_clients
+
+    try:
+        for client in scan_clients(alias):
+            client.ping()
+    except Exception as exc:
+        return " ".join(f"{type(exc).__name__}: {exc}".split())
+    return None
+
+
+@register(Tags.caches, deploy=True)
+def check_connections_reachable(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """``check --deploy`` only (plain ``check`` stays offline): W010 for each configured
+    lock connection that does not answer."""
+    messages: list[CheckMessage] = []
+    for alias in lock_connection_aliases():
+        if not isinstance(alias, str) or _alias_problem(alias, "", ""):
+            continue  # reported by check_settings
+        problem = _unreachable(alias)
+        if problem is not None:
+            messages.append(
+                Warning(
+                    f"Lock connection {alias!r} cannot be reached: {problem}",
+                    hint="Start the server, or fix its address in settings. Until then "
+                    "lock_view answers 503, lock_command exits 69 and Lock raises "
+                    "LockBackendUnavailable.",
+                    obj=f"lock connection {alias!r}",
+                    id="redislock.W010",
                 )
             )
     return messages

@@ -44,6 +44,11 @@ DEFAULTS: dict[str, Any] = {
     "REENTRANT": False,
     # Dotted path of a default ``on_busy(request, info)`` for lock_view.
     "VIEW_ON_BUSY": None,
+    # Dotted path of a default ``on_unavailable(request, error)`` for lock_view (the lock
+    # server cannot be reached); None answers 503.
+    "VIEW_ON_UNAVAILABLE": None,
+    # The Retry-After (whole seconds) of lock_view's default 503.
+    "VIEW_UNAVAILABLE_RETRY_AFTER": 5,
 }
 
 

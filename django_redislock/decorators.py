@@ -10,25 +10,23 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import math
 from collections.abc import Awaitable, Callable
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from asgiref.sync import async_to_sync, iscoroutinefunction, sync_to_async
-from django.http import HttpResponse
 from django.utils.module_loading import import_string
 
 from .conf import get_config
-from .exceptions import LockNotAcquired
+from .exceptions import LockBackendUnavailable, LockNotAcquired
 from .factory import aholder_info, check_lock_kwargs, holder_info, lock_class, make_lock
 from .locked_command import run_locked, validate_on_busy
 from .naming import CallNamer
+from .responses import default_busy_response, default_unavailable_response, retry_after
 
 if TYPE_CHECKING:
+    from .inspection import LockInfo
     from .lock import BaseLock
-
-    _BusyHandler = Callable[[BaseLock, tuple[Any, ...], dict[str, Any]], Any]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -103,35 +101,20 @@ def locked(
 # -- views ----------------------------------------------------------------------
 
 
-def retry_after(lock: BaseLock) -> int:
-    """Whole seconds (rounded up, at least 1) until the holder's lock expires."""
-    left = lock.last_holder_ttl
-    return max(1, math.ceil(left)) if left else 1
-
-
-def default_busy_response(lock: BaseLock) -> HttpResponse:
-    """HTTP 423 Locked, ``Retry-After`` from the holder's remaining TTL, a short body."""
-    seconds = retry_after(lock)
-    response = HttpResponse(
-        f"Locked: this resource is busy, retry in {seconds} s.\n",
-        status=423,
-        content_type="text/plain; charset=utf-8",
-    )
-    response["Retry-After"] = str(seconds)
-    return response
-
-
 @lru_cache(maxsize=32)
-def _import_on_busy(path: str) -> Callable[..., Any]:
+def _import_handler(path: str) -> Callable[..., Any]:
     return import_string(path)
 
 
-def _resolve_on_busy(on_busy: Callable[..., Any] | str | None) -> Callable[..., Any] | None:
-    if on_busy is None:
-        on_busy = get_config()["VIEW_ON_BUSY"]
-    if isinstance(on_busy, str):
-        return _import_on_busy(on_busy)
-    return on_busy
+def _resolve_handler(
+    handler: Callable[..., Any] | str | None, setting: str
+) -> Callable[..., Any] | None:
+    """The view's own handler, else ``REDISLOCK[setting]``; a dotted path is imported."""
+    if handler is None:
+        handler = get_config()[setting]
+    if isinstance(handler, str):
+        return _import_handler(handler)
+    return handler
 
 
 def _request_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -142,6 +125,7 @@ def lock_view(
     name: str | Callable[..., str],
     *,
     on_busy: Callable[..., Any] | str | None = None,
+    on_unavailable: Callable[..., Any] | str | None = None,
     **lock_kwargs: Any,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """Serve the decorated view (function, ``async def``, or a class-based view's
@@ -153,87 +137,142 @@ def lock_view(
     or whatever ``on_busy(request, info)`` returns (``info``: the holder's
     :class:`~django_redislock.LockInfo` from the refusing reply, ``None`` if nobody held
     it). ``on_busy`` may be a dotted path; it defaults to ``REDISLOCK["VIEW_ON_BUSY"]``.
+    The lock server unreachable: HTTP 503 with ``Retry-After``
+    (``REDISLOCK["VIEW_UNAVAILABLE_RETRY_AFTER"]``), or whatever
+    ``on_unavailable(request, error)`` returns (default ``REDISLOCK["VIEW_ON_UNAVAILABLE"]``);
+    never a 500 from the lock itself. A release that fails after the view ran is logged and
+    the view's response is returned (the lock expires with its TTL).
     ``purpose`` defaults to the view's dotted path (the class's for class-based views).
     """
     check_lock_kwargs(lock_kwargs)
-    if on_busy is not None and not (callable(on_busy) or isinstance(on_busy, str)):
-        raise ValueError(f"on_busy must be a callable or a dotted path, not {on_busy!r}")
+    for label, handler in (("on_busy", on_busy), ("on_unavailable", on_unavailable)):
+        if handler is not None and not (callable(handler) or isinstance(handler, str)):
+            raise ValueError(f"{label} must be a callable or a dotted path, not {handler!r}")
     lock_kwargs.setdefault("timeout", 0)
 
     def decorator(view: Callable[P, R]) -> Callable[P, R]:
         namer = CallNamer(name, view, where=_where(view))
         options = {"purpose": dotted_path(view), **lock_kwargs}
-        busy, abusy = _busy_handlers(on_busy, options["purpose"])
+        handlers = _ViewHandlers(on_busy, on_unavailable, options["purpose"])
         if _is_async(view):
-            return _async_locked_view(view, namer, options, abusy)  # type: ignore[return-value]
+            return _async_locked_view(view, namer, options, handlers)  # type: ignore[return-value]
 
         @functools.wraps(view)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
             lock = make_lock(namer(args, kwargs), **options)
-            entered = False
+            entered = done = False
+            result: Any = None
             try:
                 with lock:
                     entered = True
-                    return view(*args, **kwargs)
+                    result = view(*args, **kwargs)
+                    done = True
+                return result
             except LockNotAcquired:
                 if entered:  # raised by the view itself, not by our acquire
                     raise
-            return busy(lock, args, kwargs)
+                request = _request_of(args, kwargs)
+                return handlers.busy(lock, holder_info(lock), request, False)
+            except LockBackendUnavailable as error:
+                if done:  # the release failed: the view's work is done, its answer stands
+                    handlers.release_failed(lock, error)
+                    return result
+                if entered:
+                    raise
+                request = _request_of(args, kwargs)
+                return handlers.unavailable(lock, error, request, False)
 
         return wrapper
 
     return decorator
 
 
-def _busy_handlers(
-    on_busy: Callable[..., Any] | str | None, purpose: str
-) -> tuple[_BusyHandler, Callable[..., Awaitable[Any]]]:
-    """What a locked view returns when busy: (for sync views, for async views)."""
+def _call(handler: Callable[..., Any], asynchronous: bool, *args: Any) -> Any:
+    """Call a project's handler from a sync view (a coroutine function through
+    ``async_to_sync``) or an async one (a sync function in a thread, as Django does: it may
+    use the ORM); from an async view the result is to be awaited."""
+    if asynchronous:
+        return (handler if iscoroutinefunction(handler) else sync_to_async(handler))(*args)
+    return (async_to_sync(handler) if iscoroutinefunction(handler) else handler)(*args)
 
-    def busy(lock: BaseLock, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        view_logger.debug("%s: lock %r busy", purpose, lock.name)
-        handler = _resolve_on_busy(on_busy)
+
+class _ViewHandlers:
+    """What a locked view answers when it cannot run: busy (423) or unavailable (503)."""
+
+    def __init__(
+        self,
+        on_busy: Callable[..., Any] | str | None,
+        on_unavailable: Callable[..., Any] | str | None,
+        purpose: str,
+    ) -> None:
+        self.on_busy = on_busy
+        self.on_unavailable = on_unavailable
+        self.purpose = purpose
+
+    def busy(self, lock: BaseLock, info: LockInfo | None, request: Any, asynchronous: bool) -> Any:
+        """The busy answer; ``info`` is the holder (read by the caller, sync or async)."""
+        view_logger.debug("%s: lock %r busy", self.purpose, lock.name)
+        handler = _resolve_handler(self.on_busy, "VIEW_ON_BUSY")
         if handler is None:
-            return default_busy_response(lock)
-        if iscoroutinefunction(handler):
-            handler = async_to_sync(handler)
-        return handler(_request_of(args, kwargs), holder_info(lock))
+            return default_busy_response(lock, info, request)
+        return _call(handler, asynchronous, request, info)
 
-    async def abusy(lock: BaseLock, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        view_logger.debug("%s: lock %r busy", purpose, lock.name)
-        handler = _resolve_on_busy(on_busy)
+    def unavailable(
+        self, lock: BaseLock, error: LockBackendUnavailable, request: Any, asynchronous: bool
+    ) -> Any:
+        view_logger.warning(
+            "%s: lock %r unavailable, answering 503: %s", self.purpose, lock.name, error
+        )
+        handler = _resolve_handler(self.on_unavailable, "VIEW_ON_UNAVAILABLE")
         if handler is None:
-            return default_busy_response(lock)
-        info = await aholder_info(lock)
-        if not iscoroutinefunction(handler):
-            # The project's own sync code (it may use the ORM): in a thread, as Django does.
-            handler = sync_to_async(handler)
-        return await handler(_request_of(args, kwargs), info)
+            return default_unavailable_response(error, request)
+        return _call(handler, asynchronous, request, error)
 
-    return busy, abusy
+    def release_failed(self, lock: BaseLock, error: LockBackendUnavailable) -> None:
+        view_logger.warning(
+            "%s: lock %r could not be released (it expires within its TTL): %s",
+            self.purpose,
+            lock.name,
+            error,
+        )
+
+
+async def _awaited(result: Any) -> Any:
+    return await result if inspect.isawaitable(result) else result
 
 
 def _async_locked_view(
     view: Callable[..., Any],
     namer: CallNamer,
     options: dict[str, Any],
-    abusy: Callable[..., Awaitable[Any]],
+    handlers: _ViewHandlers,
 ) -> Callable[..., Awaitable[Any]]:
     @functools.wraps(view)
     async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
         lock = make_lock(namer(args, kwargs), **options)
-        entered = False
+        entered = done = False
+        result: Any = None
         try:
             async with lock:
                 entered = True
-                result: Any = view(*args, **kwargs)
+                result = view(*args, **kwargs)
                 if inspect.isawaitable(result):
                     result = await result
-                return result
+                done = True
+            return result
         except LockNotAcquired:
             if entered:
                 raise
-        return await abusy(lock, args, kwargs)
+            info = await aholder_info(lock)
+            return await _awaited(handlers.busy(lock, info, _request_of(args, kwargs), True))
+        except LockBackendUnavailable as error:
+            if done:
+                handlers.release_failed(lock, error)
+                return result
+            if entered:
+                raise
+            request = _request_of(args, kwargs)
+            return await _awaited(handlers.unavailable(lock, error, request, True))
 
     return async_wrapper
 
@@ -284,6 +323,7 @@ def lock_command(
 __all__ = [
     "check_lock_kwargs",
     "default_busy_response",
+    "default_unavailable_response",
     "dotted_path",
     "holder_info",
     "lock_class",

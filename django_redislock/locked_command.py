@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from .exceptions import LockNotAcquired
+from .exceptions import LockBackendUnavailable, LockNotAcquired
 from .factory import holder_info, make_lock
 from .keys import validate_seconds
 from .naming import NameTemplate, checked_name
@@ -25,6 +25,9 @@ logger = logging.getLogger("django_redislock.commands")
 
 #: What a command does when the lock is held by someone else.
 ON_BUSY = ("error", "skip", "wait")
+#: The exit status of a command whose lock server cannot be reached (sysexits.h
+#: EX_UNAVAILABLE): distinct from a busy lock's 1, so a scheduler can tell them apart.
+EX_UNAVAILABLE = 69
 
 
 def validate_on_busy(on_busy: object) -> str:
@@ -55,6 +58,16 @@ def describe_holder(name: str, info: LockInfo | None) -> str:
     return f"Lock {name!r} is held by {who}{purpose}, for {left}{watchdog}."
 
 
+def describe_unavailable(name: str, error: LockBackendUnavailable) -> str:
+    """One line naming the lock, the connection(s) that failed and the error."""
+    aliases = ", ".join(repr(alias) for alias in error.aliases) or "?"
+    where = "connection" if len(error.aliases) <= 1 else "connections"
+    cause = error.__cause__
+    detail = f"{type(cause).__name__}: {cause}" if cause is not None else str(error)
+    detail = " ".join(detail.split())  # one line, whatever the server's message holds
+    return f"Lock {name!r} unavailable: cannot reach {where} {aliases} ({detail})"
+
+
 def run_locked(
     command: BaseCommand,
     call: Callable[[], R],
@@ -69,14 +82,32 @@ def run_locked(
     if on_busy != "wait":
         kwargs.setdefault("timeout", 0)
     lock: BaseLock = make_lock(cmd if name is None else name, **kwargs)
-    entered = False
+    entered = done = False
+    result: R | None = None
     try:
         with lock:
             entered = True
-            return call()
+            result = call()
+            done = True
+        return result
     except LockNotAcquired:
         if entered:
             raise
+    except LockBackendUnavailable as error:
+        if done:  # the work is done; the lock expires within its TTL
+            logger.warning("manage.py %s: lock %r not released: %s", cmd, lock.name, error)
+            command.stderr.write(
+                f"Warning: {describe_unavailable(lock.name, error)} (not released; it "
+                "expires within its TTL)",
+                style_func=command.style.WARNING,
+            )
+            return result
+        if entered:  # raised by the command itself: not ours to hide
+            raise
+        message = describe_unavailable(lock.name, error)
+        logger.info("manage.py %s not run: %s", cmd, message)  # the CommandError says it
+        # CommandError: manage.py prints it as one line (no traceback) and exits with it.
+        raise CommandError(message, returncode=EX_UNAVAILABLE) from error
     message = describe_holder(lock.name, holder_info(lock))
     if on_busy == "skip":
         logger.info("manage.py %s skipped: %s", cmd, message)
@@ -192,4 +223,12 @@ class LockedCommand(BaseCommand):
         return kwargs
 
 
-__all__ = ["ON_BUSY", "LockedCommand", "command_name", "describe_holder", "run_locked"]
+__all__ = [
+    "EX_UNAVAILABLE",
+    "ON_BUSY",
+    "LockedCommand",
+    "command_name",
+    "describe_holder",
+    "describe_unavailable",
+    "run_locked",
+]

@@ -96,7 +96,8 @@ def acquire(
                 yield from _cleanup_quietly(lock, token)
                 raise lock._replicas_missing(short) from None
             except UNREACHABLE as exc:
-                yield from _cleanup_quietly(lock, token)
+                if not never_sent(exc):
+                    yield from _cleanup_quietly(lock, token)
                 if attempts.waited_ms:
                     yield from _unclaim_quietly(lock, token)
                 raise lock._backend_error(exc) from exc
@@ -135,6 +136,14 @@ def refused(lock: LockLike, exc: BaseException) -> Generator[Step, Any, RedisLoc
     except RedisError:
         found = None
     return registry.conflict(lock.name, lock.ops.kind, found)
+
+
+def never_sent(exc: BaseException) -> bool:
+    """True when ``exc`` is redis-py's error for a connection it could not open (``Error 111
+    connecting to host:port``, ``Timeout connecting to server``): the command never left
+    this process, so there is nothing to clean up."""
+    text = str(exc)
+    return " connecting to " in text or text.startswith("Timeout connecting")
 
 
 def _cleanup_quietly(lock: LockLike, token: str) -> Generator[Step, Any, None]:

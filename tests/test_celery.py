@@ -47,23 +47,27 @@ class Workers:
     server: RedisServer
     db: Path
     procs: list[subprocess.Popen[bytes]]
+    #: The lock connection ``lockstore`` of the workers (a server the tests may stop).
+    lockstore: RedisServer
 
 
 @pytest.fixture(scope="module")
 def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
     server = RedisServer().start()
+    lockstore = RedisServer().start()
     db = tmp_path_factory.mktemp("celery") / "accounts.sqlite3"
     create_database(str(db))
-    env = worker_env(server, db)
+    env = worker_env(server, db, **{celery_app.LOCKSTORE_ENV: lockstore.url})
     celery_app.configure(server.url)
     procs = [start_worker(pool, env, i) for i, pool in enumerate(POOLS)]
     try:
         # every worker answers a ping
         assert wait_until(lambda: len(celery_app.app.control.ping(timeout=0.5)) == len(POOLS), 60)
-        yield Workers(server, db, procs)
+        yield Workers(server, db, procs, lockstore)
     finally:
         stop_workers(procs)
         server.close()
+        lockstore.close()
 
 
 @pytest.fixture
@@ -474,3 +478,28 @@ def test_one_celery_beat_at_a_time_under_redislock_run(celery: Workers, tmp_path
                 for beat_process in beats:
                     beat_process.kill()
                 psutil.wait_procs(beats, timeout=10)
+
+
+def test_lock_server_down_retries_until_it_is_back(celery: Workers) -> None:
+    """on_unavailable="retry": the run is retried (Celery's retry, with its countdown)
+    while the lock server is down, and runs once it is back."""
+    celery.lockstore.stop()
+    try:
+        result = celery_app.unavailable_retry_task.delay(uuid.uuid4().hex)
+        assert wait_until(lambda: result.state == "RETRY", RESULT_TIMEOUT)
+    finally:
+        celery.lockstore.restart()
+    assert result.get(timeout=RESULT_TIMEOUT) >= 1
+
+
+def test_lock_server_down_fails_the_run_by_default(celery: Workers) -> None:
+    celery.lockstore.stop()
+    try:
+        result = celery_app.unavailable_error_task.delay(uuid.uuid4().hex)
+        with pytest.raises(Exception, match="lockstore") as caught:
+            result.get(timeout=RESULT_TIMEOUT)
+        assert type(caught.value).__name__ == "LockBackendUnavailable"
+    finally:
+        celery.lockstore.restart()
+    again = celery_app.unavailable_error_task.delay(uuid.uuid4().hex)
+    assert again.get(timeout=RESULT_TIMEOUT) == 0

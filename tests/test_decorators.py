@@ -271,7 +271,9 @@ def test_view_free_then_busy(lock_backend):
     assert response.status_code == 423
     assert 1 <= int(response["Retry-After"]) <= 5
     assert response["Content-Type"].startswith("text/plain")
-    assert b"busy" in response.content and len(response.content) < 100
+    text = response.content.decode()
+    assert text.startswith("Locked: This resource is busy.") and text.count("\n") == 1
+    assert f"pid {os.getpid()}" in text and "for test holder since " in text
     assert client.get("/page/other/").status_code == 200  # another name, another lock
     holder.release()
     assert client.get("/page/home/").status_code == 200
@@ -283,7 +285,7 @@ def test_retry_after_rounds_up(left, header):
 
     from django_redislock.decorators import default_busy_response, retry_after
 
-    lock = SimpleNamespace(last_holder_ttl=left)
+    lock = SimpleNamespace(last_holder_ttl=left, name="report")
     assert retry_after(lock) == header
     assert default_busy_response(lock)["Retry-After"] == str(header)
 

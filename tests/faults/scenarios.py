@@ -887,7 +887,7 @@ def lifecycle(lab: Lab, protected: bool) -> RunResult:
     """400 cancellations landing mid-command, exceptions and GC inside ``with``.
 
     Commands go through a proxy adding 3 ms each way, and cancels land at random times
-    within 12 ms, so many arrive while the SET or the release is in flight. After every
+    within 20 ms, so many arrive while the SET or the release is in flight. After every
     clean-up task finished and 3 TTLs passed: zero lock keys, zero watchdogs. Acquires
     use a 30 s TTL so a leaked key cannot hide by expiring. Unprotected: no clean-up after
     a cancelled acquire.
@@ -909,7 +909,7 @@ def lifecycle(lab: Lab, protected: bool) -> RunResult:
     async def cancel_later(coro: Any) -> bool:
         """Cancel at a random moment; True if the call had already completed."""
         task = asyncio.ensure_future(coro)
-        await asyncio.sleep(rng.uniform(0, 0.012))
+        await asyncio.sleep(rng.uniform(0, 0.02))
         completed = task.done()
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):

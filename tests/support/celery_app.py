@@ -24,6 +24,9 @@ from django_redislock.contrib.celery import LockedTask
 
 URL_ENV = "REDISLOCK_CELERY_URL"
 DB_ENV = "REDISLOCK_CELERY_DB"
+#: A second server, the lock connection ``lockstore`` only: the tests stop and start it
+#: while the broker stays up.
+LOCKSTORE_ENV = "REDISLOCK_CELERY_LOCKSTORE_URL"
 #: The ORM model of the fencing test (defined in worker processes only).
 Account: Any = None
 
@@ -74,7 +77,10 @@ if os.environ.get(VISIBILITY_ENV):
 if URL_ENV in os.environ:  # a worker process
     from tests.support.fencing_workers import setup
 
-    Account = setup(os.environ[URL_ENV], os.environ[DB_ENV])
+    lockstore = os.environ.get(LOCKSTORE_ENV) or os.environ[URL_ENV]
+    Account = setup(
+        os.environ[URL_ENV], os.environ[DB_ENV], CONNECTIONS={"lockstore": {"URL": lockstore}}
+    )
     configure(os.environ[URL_ENV])
 
 
@@ -122,6 +128,25 @@ def wait_task(self: Any, key: str, log: str, seconds: float) -> int | None:
 def retry_task(self: Any, key: str, log: str, seconds: float) -> int | None:
     log_event(log, "attempt", self, self.request.retries)
     return _section(self, key, log, seconds)
+
+
+DOWN = {"connection": "lockstore", "ttl": 1.0}
+
+
+@app.task(
+    bind=True,
+    base=LockedTask,
+    max_retries=None,
+    lock={"name": "down:{key}", "on_unavailable": "retry", "unavailable_countdown": 0.2, **DOWN},
+)
+def unavailable_retry_task(self: Any, key: str) -> int:
+    """Retried while the lock server is down; returns how many retries it took."""
+    return int(self.request.retries)
+
+
+@app.task(bind=True, base=LockedTask, lock={"name": "down:{key}", **DOWN})
+def unavailable_error_task(self: Any, key: str) -> int:
+    return int(self.request.retries)
 
 
 @app.task

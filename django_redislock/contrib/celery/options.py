@@ -20,8 +20,23 @@ SCOPES = ("running", "queued")
 ON_BUSY = {"running": ("skip", "retry", "error", "wait"), "queued": ("skip", "error", "wait")}
 #: Our keys; anything else must be a keyword argument of ``Lock`` / ``Redlock``.
 OWN_KEYS = frozenset(
-    {"name", "key_args", "scope", "on_busy", "ttl", "timeout", "watchdog", "queued_ttl"}
+    {
+        "name",
+        "key_args",
+        "scope",
+        "on_busy",
+        "on_unavailable",
+        "unavailable_countdown",
+        "ttl",
+        "timeout",
+        "watchdog",
+        "queued_ttl",
+    }
 )
+#: What a run does when the lock server cannot be reached (the first is the default).
+ON_UNAVAILABLE = ("error", "retry")
+#: Seconds before a run retried by ``on_unavailable="retry"`` starts again.
+DEFAULT_UNAVAILABLE_COUNTDOWN = 5.0
 #: Keys the task decides itself.
 RESERVED = frozenset({"blocking", "on_lost"})
 #: Queued scope: how long a queued marker outlives a worker that died holding it.
@@ -36,6 +51,8 @@ class LockOptions:
     namer: Callable[[tuple[Any, ...], dict[str, Any]], str]
     scope: str = "running"
     on_busy: str = "skip"
+    on_unavailable: str = "error"
+    unavailable_countdown: float = DEFAULT_UNAVAILABLE_COUNTDOWN
     ttl: float | None = None
     timeout: float | None = None
     watchdog: bool = True
@@ -108,6 +125,19 @@ def parse(task_name: str, run: Callable[..., Any], raw: Any) -> LockOptions:
             task_name,
             f"on_busy must be one of {', '.join(allowed)} in the {scope} scope, not {on_busy!r}",
         )
+    on_unavailable = raw.get("on_unavailable", ON_UNAVAILABLE[0])
+    if on_unavailable not in ON_UNAVAILABLE:
+        raise _fail(
+            task_name,
+            f"on_unavailable must be one of {', '.join(ON_UNAVAILABLE)}, not {on_unavailable!r}",
+        )
+    countdown = _number(
+        task_name,
+        "unavailable_countdown",
+        raw.get("unavailable_countdown", DEFAULT_UNAVAILABLE_COUNTDOWN),
+    )
+    if not countdown:
+        raise _fail(task_name, "'unavailable_countdown' must be > 0")
     timeout = _number(task_name, "timeout", raw.get("timeout"))
     if on_busy == "wait" and timeout is None:
         raise _fail(task_name, "on_busy='wait' needs a timeout (seconds to wait for the key)")
@@ -133,6 +163,8 @@ def parse(task_name: str, run: Callable[..., Any], raw: Any) -> LockOptions:
         namer=namer,
         scope=scope,
         on_busy=on_busy,
+        on_unavailable=on_unavailable,
+        unavailable_countdown=countdown,
         ttl=ttl,
         timeout=timeout,
         watchdog=watchdog,

@@ -11,7 +11,7 @@ from celery import Task
 from celery.signals import task_revoked
 from kombu.utils.uuid import uuid
 
-from ...exceptions import LockNotAcquired
+from ...exceptions import LockBackendUnavailable, LockNotAcquired
 from ...factory import make_lock
 from ...lock import BaseLock
 from . import queued
@@ -155,7 +155,22 @@ class LockedTask(Task):
         queued_marker: tuple[str, str | None] | None = None,
     ) -> Any:
         wait = options.timeout if options.on_busy == "wait" else 0
-        if not lock.acquire(timeout=wait):
+        try:
+            acquired = lock.acquire(timeout=wait)
+        except LockBackendUnavailable as error:
+            if options.on_unavailable != "retry":
+                raise
+            logger.warning(
+                "Retrying task %s[%s] in %.1fs: lock %r unavailable: %s",
+                self.name,
+                self.request.id,
+                options.unavailable_countdown,
+                lock.name,
+                error,
+            )
+            countdown = options.unavailable_countdown * random.uniform(1.0, 1.2)
+            raise self.retry(countdown=countdown, exc=error) from error
+        if not acquired:
             return self._busy(lock, options)
         marker = None
         context = _held.set((*_held.get(), (self.name, lock)))
