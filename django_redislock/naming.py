@@ -33,14 +33,25 @@ class _FieldError(Exception):
         self.cause = cause
 
 
+class _NoneField(Exception):
+    """A field resolved to ``None``: every such call would share one lock ``...:None``."""
+
+    def __init__(self, field: str) -> None:
+        super().__init__(field)
+        self.field = field
+
+
 class _NameFormatter(string.Formatter):
-    """``str.format`` that reports which field failed."""
+    """``str.format`` that reports which field failed, and refuses a field that is None."""
 
     def get_field(self, field_name: str, args: Any, kwargs: Any) -> Any:
         try:
-            return super().get_field(field_name, args, kwargs)
+            value, first = super().get_field(field_name, args, kwargs)
         except (KeyError, AttributeError, IndexError, TypeError) as exc:
             raise _FieldError(field_name, exc) from exc
+        if value is None:
+            raise _NoneField(field_name)
+        return value, first
 
 
 _FORMATTER = _NameFormatter()
@@ -101,6 +112,14 @@ class NameTemplate:
             return self.template
         try:
             name = _FORMATTER.vformat(self.template, (), values)
+        except _NoneField as exc:
+            raise InvalidLockName(
+                f"Lock name template {self.template!r}{self._of}: field {{{exc.field}}} is "
+                "None, so every such call would share one lock named "
+                f"{self.template.replace('{' + exc.field + '}', 'None')!r} (an anonymous "
+                "user's pk?). Require the value first (login_required...), or give a name "
+                "callable that decides."
+            ) from None
         except _FieldError as exc:
             available = ", ".join(sorted(values)) or "none"
             raise InvalidLockName(

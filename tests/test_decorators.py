@@ -4,10 +4,13 @@ test clients; signals and logging of decorated code."""
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
+import json
 import logging
 import os
 import threading
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import pytest
 from django.test import AsyncClient, Client, RequestFactory
@@ -38,7 +41,7 @@ def hold(name: str, ttl: float = 5, purpose: str = "test holder") -> Lock:
 
 @dataclass
 class Order:
-    pk: int
+    pk: int | None
 
 
 def test_locked_fills_template_from_bound_arguments(lock_backend):
@@ -279,6 +282,26 @@ def test_view_free_then_busy(lock_backend):
     assert client.get("/page/home/").status_code == 200
 
 
+@URLS
+def test_busy_page_as_html_and_json(lock_backend):
+    holder = hold("page:home", ttl=4.2, purpose="<nightly> export")
+    client = Client()
+    response = client.get("/page/home/", HTTP_ACCEPT="text/html,application/xhtml+xml,*/*;q=0.8")
+    assert response.status_code == 423 and response["Content-Type"].startswith("text/html")
+    html = response.content.decode()
+    assert "<h1>Locked</h1>" in html and f"pid {os.getpid()}" in html
+    assert "for &lt;nightly&gt; export since " in html  # escaped, and says since when
+    assert 1 <= int(response["Retry-After"]) <= 5
+    response = client.get("/page/home/", HTTP_ACCEPT="application/json")
+    assert response.status_code == 423 and response["Content-Type"] == "application/json"
+    body = json.loads(response.content)
+    assert body["lock"] == "page:home" and body["retry_after"] == int(response["Retry-After"])
+    assert body["holder"]["pid"] == os.getpid() and body["holder"]["purpose"] == "<nightly> export"
+    since = dt.datetime.fromisoformat(body["holder"]["since"])
+    assert since == lock_info("page:home").acquired_at.replace(microsecond=0)
+    holder.release()
+
+
 @pytest.mark.parametrize(("left", "header"), [(0.001, 1), (0.25, 1), (1.0, 1), (4.2, 5), (None, 1)])
 def test_retry_after_rounds_up(left, header):
     from types import SimpleNamespace
@@ -342,8 +365,29 @@ def test_template_from_request(lock_backend):
     hold("search:shoes")
     assert client.get("/search/", {"q": "shoes"}).status_code == 423
     assert client.get("/search/", {"q": "hats"}).status_code == 200
-    hold("profile:None")  # anonymous user
-    assert client.get("/profile/").status_code == 423
+    request = RequestFactory().get("/profile/")
+    request.user = SimpleNamespace(pk=7)
+    assert decorator_views.profile(request).content == b"profile of 7"
+    hold("profile:7")
+    assert decorator_views.profile(request).status_code == 423
+
+
+def test_a_field_that_is_none_is_an_error_naming_it(lock_backend):
+    """An anonymous user's pk must not become one lock ``profile:None`` shared by all."""
+    request = RequestFactory().get("/profile/")
+    request.user = SimpleNamespace(pk=None)
+    with pytest.raises(InvalidLockName, match=r"field \{request.user.pk\} is None") as caught:
+        decorator_views.profile(request)
+    assert "'profile:None'" in str(caught.value)
+    assert lock_info("profile:None") is None
+
+    @locked("order:{order.pk}")
+    def pay(order):
+        return "paid"
+
+    with pytest.raises(InvalidLockName, match=r"field \{order.pk\} is None"):
+        pay(Order(None))
+    assert pay(Order(0)) == "paid"  # falsy is fine; only None is refused
 
 
 @URLS
@@ -554,8 +598,10 @@ def test_docs_view_examples(lock_backend):
     from django.contrib.auth.models import AnonymousUser
 
     request = factory.post("/")
-    request.user = AnonymousUser()
+    request.user = SimpleNamespace(pk=3, is_authenticated=True)
     assert ns["save_profile"](request).content == b"saved"
+    request.user = AnonymousUser()
+    assert ns["save_profile"](request).status_code == 302  # login first; no lock
 
     ns = run_example(DOCS, "view-on-busy")
     request = factory.post("/")

@@ -247,17 +247,32 @@ def test_getting_started_decorators(rf: Any) -> None:
 
     ns = run_example(GS, "gs-decorators")
     request = rf.get("/export/")
-    request.user = types.SimpleNamespace(pk=5)
+    request.user = types.SimpleNamespace(pk=5, is_authenticated=True)
     assert ns["export"](request).content == b"exported"
     holder = _held("export:5")
     try:
         assert ns["export"](request).status_code == 423
     finally:
         holder.release()
+    request.user = types.SimpleNamespace(pk=None, is_authenticated=False)
+    assert ns["export"](request).status_code == 302  # to the login page, no lock taken
     out = StringIO()
     command = ns["Command"](stdout=out)
     command.handle()
     assert "sent the newsletter" in out.getvalue()
+
+
+def test_getting_started_rwlock(lock_backend: Any) -> None:
+    ns = run_example(GS, "gs-rwlock")
+    assert ns["show_catalogue"]() == "the catalogue"
+    assert ns["import_catalogue"]() == "imported"
+    reader = ns["catalogue"].read_lock()
+    assert reader.acquire(blocking=False)
+    try:
+        assert not ns["catalogue"].write_lock().acquire(blocking=False)  # a reader is inside
+        assert ns["show_catalogue"]() == "the catalogue"  # readers together
+    finally:
+        reader.release()
 
 
 # -- locks.md -------------------------------------------------------------------------------------
@@ -680,6 +695,7 @@ def test_readme_kinds(lock_backend: Any) -> None:
 
     ns = run_example(README, "readme-kinds")
     assert ns["price_of"]("x") == 12 and ns["transfer"](1, 2, 3) == 3
+    assert ns["reprice"]("x", 14) == 14
     assert ns["refund"](Group(pk=5)) == 5
     assert all(info is None for info in map(lock_info, ["price-list", "account:1"]))
 

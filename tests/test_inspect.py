@@ -369,3 +369,24 @@ def test_alock_info_names_an_unreachable_server(settings) -> None:
     }
     with pytest.raises(LockBackendUnavailable, match="'gone'"):
         asyncio.run(alock_info("reader", connection="gone"))
+
+
+@pytest.mark.parametrize("kind", ["lock", "semaphore", "write"])
+def test_a_force_released_holder_gets_lock_lost_when_its_with_block_ends(lock_backend, kind):
+    """What the admin's force-release does to the holder (README, admin-and-commands.md):
+    nothing at once; ``LockLost`` when its ``with`` block ends."""
+    from django_redislock import LockLost, ReadWriteLock, Semaphore
+
+    lock = {
+        "lock": lambda: Lock("forced", ttl=5),
+        "semaphore": lambda: Semaphore("forced", limit=2, ttl=5),
+        "write": lambda: ReadWriteLock("forced", ttl=5).write_lock(),
+    }[kind]()
+    ran = []
+    with pytest.raises(LockLost):
+        with lock:
+            info = lock_info("forced")
+            assert info is not None
+            assert force_release("forced", token=info.token)
+            ran.append("the block went on")
+    assert ran == ["the block went on"]
