@@ -35,8 +35,11 @@ test-quick: $(VENV)/.installed
 	REDISLOCK_TEST_SERVERS=default $(VPY) -m pytest -n $(XDIST) --dist loadfile -q -x -m "not slow" \
 		$(foreach t,$(QUICK_SKIP),--ignore=tests/$(t).py) $(PYTEST_ARGS)
 
+# ruff, then the import contracts of pyproject.toml's [tool.importlinter]: the layers from
+# the kinds up to the admin, and no import cycles (docs/architecture.md).
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports --no-cache
 
 migrations-check: $(VENV)/.installed
 	DJANGO_SETTINGS_MODULE=tests.support.settings $(VPY) manage.py makemigrations --check --dry-run
@@ -44,7 +47,7 @@ migrations-check: $(VENV)/.installed
 bench: $(VENV)/.installed-bench
 	$(VPY) -m bench $(if $(QUICK),--quick,)
 
-.PHONY: demo docs dist typecheck
+.PHONY: demo docs docs-site dist typecheck
 
 # The demo site: embedded Redis (unless REDIS_URL is set), migrations, an admin user,
 # background lock holders, http://127.0.0.1:8000/ (PORT=... to change). Ctrl-C stops it all.
@@ -54,6 +57,11 @@ demo: $(VENV)/.installed
 # Run every code example of README.md and docs/ (they are tests too).
 docs: $(VENV)/.installed
 	$(VPY) -m pytest tests/test_docs.py -q $(PYTEST_ARGS)
+
+# The docs as a website in site/ (MkDocs, strict: a broken link or anchor, or a page left
+# out of mkdocs.yml's navigation, fails the build).
+docs-site: $(VENV)/.installed
+	$(VPY) -m mkdocs build --strict --site-dir site
 
 # Build the sdist and the wheel into dist/, list what each ships, check both lists
 # (tests/support/dist_check.py) and their metadata (twine check).

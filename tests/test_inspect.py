@@ -383,10 +383,9 @@ def test_a_force_released_holder_gets_lock_lost_when_its_with_block_ends(lock_ba
         "write": lambda: ReadWriteLock("forced", ttl=5).write_lock(),
     }[kind]()
     ran = []
-    with pytest.raises(LockLost):
-        with lock:
-            info = lock_info("forced")
-            assert info is not None
-            assert force_release("forced", token=info.token)
-            ran.append("the block went on")
+    with pytest.raises(LockLost), lock:
+        info = lock_info("forced")
+        assert info is not None
+        assert force_release("forced", token=info.token)
+        ran.append("the block went on")
     assert ran == ["the block went on"]

@@ -10,6 +10,7 @@ the licence and the version in ``django_redislock.__version__``. ``make dist`` a
 
 from __future__ import annotations
 
+import re
 import sys
 import tarfile
 import zipfile
@@ -73,7 +74,13 @@ def wheel_problems(wheel: Path) -> list[str]:
     if not any(n.endswith("/licenses/LICENSE") for n in licence_files):
         problems.append("wheel lacks the LICENSE file")
     classifiers = set(metadata.get_all("Classifier") or [])
-    for needed in ("Framework :: Django :: 4.2", "Framework :: Django :: 5.2", "Typing :: Typed"):
+    for needed in (
+        "Framework :: Django :: 4.2",
+        "Framework :: Django :: 5.2",
+        "Framework :: Django :: 6.0",
+        "Framework :: Django :: 6.1",
+        "Typing :: Typed",
+    ):
         if needed not in classifiers:
             problems.append(f"classifier {needed!r} missing")
     try:
@@ -83,7 +90,25 @@ def wheel_problems(wheel: Path) -> list[str]:
     problems += [f"unknown classifier {c!r}" for c in sorted(classifiers - set(known))]
     if not metadata.get_all("Project-URL"):
         problems.append("no project URLs")
+    problems += description_problems(metadata.get_payload() or "")
     return problems
+
+
+#: A Markdown link or image target: ``[text](target)`` / ``![alt](target)``.
+LINK_TARGET = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def description_problems(description: str) -> list[str]:
+    """The long description is shown on a package index page, where a link relative to the
+    repository (``docs/locks.md``) leads nowhere: every target must be absolute (or an
+    anchor of the page itself)."""
+    if "## What a Redis lock can and cannot do" not in description:
+        return ["the long description is not the README"]
+    relative = sorted({t for t in LINK_TARGET.findall(description) if not t.startswith(ABSOLUTE)})
+    return [f"the long description links to {t!r}, relative to nothing" for t in relative]
+
+
+ABSOLUTE = ("https://", "http://", "#", "mailto:")
 
 
 def sdist_problems(sdist: Path) -> list[str]:
