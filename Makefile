@@ -78,9 +78,10 @@ typecheck: $(VENV)/.installed
 faults: $(VENV)/.installed
 	$(VPY) -m tests.faults --runs $(or $(RUNS),20)
 
-# The mixed-fault soak: worker processes on Lock and Redlock names, one random fault at a
-# time, a history checker at the end (tests/soak). SOAK_SECONDS (default 600) long; it
-# stops by itself. BROKEN=1 runs the lock with release unchecked (violations expected).
+# The mixed-fault soak: worker processes on every kind (Lock, Redlock, Semaphore,
+# ReadWriteLock, MultiLock, Election), one random fault at a time, a checker per invariant
+# at the end (tests/soak). SOAK_SECONDS (default 600) long; it stops by itself. BROKEN=1
+# runs each kind's broken variant (violations expected).
 SOAK_SECONDS ?= 600
 soak: $(VENV)/.installed
 	$(VPY) -m tests.soak --seconds $(SOAK_SECONDS) $(if $(BROKEN),--broken,)

@@ -233,6 +233,19 @@ def exit_with(
     ``_release_after_transaction`` whose ``releasing(lock)`` steps release it (MultiLock)."""
     releasing = release if releasing is None else releasing
     lost = lock.lost
+    if lock.token is None and not lost:
+        # Released inside the block (only release() clears the token): as with redis-py's
+        # lock, pottery's and threading.Lock, leaving the block then is an error.
+        message = (
+            f"Lock {lock.name!r} was released inside its with block, so leaving the block "
+            "had nothing to release; use either `with` or acquire()/release()."
+        )
+        if exc_type is None:
+            raise LockNotOwned(message, lock_name=lock.name)
+        release_logger.warning(
+            "%s (not raised over the propagating %s)", message, exc_type.__name__
+        )
+        return
     if (
         defer_to_commit
         and not lost

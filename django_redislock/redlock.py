@@ -44,7 +44,7 @@ from .transports.nodes import (
     majority_holder,
     validate_connections,
 )
-from .transports.quorum import Quorum, clock_drift, validity_of
+from .transports.quorum import Quorum, clock_drift, minimum_ttl, validity_of
 from .transports.single import SingleNode
 
 #: Default per-node timeout: this fraction of the TTL, clamped to the bounds below.
@@ -110,6 +110,13 @@ class Redlock(BaseLock):
             on_lost=on_lost,
             max_hold=max_hold,
         )
+        if self.ttl < minimum_ttl():
+            raise ValueError(
+                f"Redlock ttl={self.ttl:g}s is within its clock-drift allowance "
+                f"({clock_drift(self.ttl) * 1000:.2f} ms: 1 % of the TTL + 2 ms), so no "
+                f"majority's grant could ever be valid; the minimum is {minimum_ttl():g}s "
+                "(and in practice many times the round trip to the nodes)."
+            )
         self.connections: tuple[str, ...] = validate_connections(
             get_config()["REDLOCK_CONNECTIONS"] if connections is None else connections
         )

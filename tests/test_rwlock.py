@@ -13,6 +13,7 @@ import pytest
 from django_redislock import (
     Lock,
     LockConfigurationError,
+    LockLost,
     LockNotAcquired,
     ReadWriteLock,
     Semaphore,
@@ -217,12 +218,12 @@ def test_inspection_and_force_release_of_one_reader(lock_backend: Any) -> None:
     assert not a.owned() and b.owned()
     assert [h.purpose for h in lock_info("prices").holders] == ["b"]
     b.release()
-    with rw.write_lock(purpose="rebuild") as writer:
+    with pytest.raises(LockLost), rw.write_lock(purpose="rebuild") as writer:
         info = lock_info("prices")
         assert (info.kind, info.purpose, info.token) == ("write", "rebuild", writer.token)
         assert force_release("prices")
         assert not writer.owned() and lock_info("prices") is None
-        writer.token = None  # taken away: nothing to release on the way out
+        # taken away: LockLost on the way out
 
 
 def test_other_kinds_on_the_same_name(lock_backend: Any) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 import secrets
 from collections.abc import Generator, Hashable, Sequence
@@ -54,6 +55,12 @@ acquire_logger = logging.getLogger("django_redislock.acquire")
 #: validity = ttl - elapsed - (ttl * DRIFT_FACTOR + DRIFT_FIXED)
 DRIFT_FACTOR = 0.01
 DRIFT_FIXED = 0.002
+
+
+def minimum_ttl() -> float:
+    """The shortest TTL (whole milliseconds) whose majority grant can be valid at all: at
+    or below ``DRIFT_FIXED / (1 - DRIFT_FACTOR)`` the drift margin eats the whole TTL."""
+    return (math.floor(DRIFT_FIXED / (1 - DRIFT_FACTOR) * 1000) + 1) / 1000
 
 
 def clock_drift(ttl: float) -> float:
@@ -503,4 +510,4 @@ def too_few_answered(
     return error
 
 
-__all__ = ["Quorum", "clock_drift", "validity_of"]
+__all__ = ["Quorum", "clock_drift", "minimum_ttl", "validity_of"]

@@ -887,7 +887,10 @@ def lifecycle(lab: Lab, protected: bool) -> RunResult:
     """400 cancellations landing mid-command, exceptions and GC inside ``with``.
 
     Commands go through a proxy adding 3 ms each way, and cancels land at random times
-    within 20 ms, so many arrive while the SET or the release is in flight. After every
+    within 1.5 times the slowest of 20 concurrent uncancelled acquires measured first (at
+    least 20 ms), so many arrive while the SET or the release is in flight however slow
+    this machine is at the moment (a fixed window missed every SET on a loaded CI
+    machine, where opening a connection alone took longer). After every
     clean-up task finished and 3 TTLs passed: zero lock keys, zero watchdogs. Acquires
     use a 30 s TTL so a leaked key cannot hide by expiring. Unprotected: no clean-up after
     a cancelled acquire.
@@ -905,11 +908,20 @@ def lifecycle(lab: Lab, protected: bool) -> RunResult:
     proxy.delay(0.003)
     raw = _raw(server)
     rng = random.Random()
+    window = 0.02
+
+    async def timed_acquire(i: int) -> float:
+        lock = Lock(f"lc-cal-{i}", connection=ALIAS, ttl=30)
+        started = time.perf_counter()
+        await lock.aacquire()
+        elapsed = time.perf_counter() - started
+        await lock.arelease()
+        return elapsed
 
     async def cancel_later(coro: Any) -> bool:
         """Cancel at a random moment; True if the call had already completed."""
         task = asyncio.ensure_future(coro)
-        await asyncio.sleep(rng.uniform(0, 0.02))
+        await asyncio.sleep(rng.uniform(0, window))
         completed = task.done()
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -932,6 +944,11 @@ def lifecycle(lab: Lab, protected: bool) -> RunResult:
                 raise ValueError(i)
 
     async def main() -> None:
+        nonlocal window
+        # A new loop's pool opens fresh connections, as the cancelled calls need (a cancel
+        # mid-command drops its connection).
+        durations = await asyncio.gather(*(timed_acquire(i) for i in range(20)))
+        window = max(window, 1.5 * max(durations))
         # Batches of 40 calls: redis-py 8 caps a pool at 100 connections (see
         # tests/test_faults.py::test_more_concurrent_async_acquires_than_the_pool_cap).
         for start in range(0, 200, 20):
