@@ -19,7 +19,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from . import drivers, protocol, reentry, replication, signals, watchdog
+from . import drivers, events, protocol, reentry, replication, signals, watchdog
 from .clock import now
 from .conf import get_config
 from .exceptions import (
@@ -60,6 +60,8 @@ class BaseLock:
     #: The owner's hold this object takes part in, and its own entries (``reentry``).
     _hold: Any = None
     _depth: int = 0
+    #: The ``kind`` its events report when not its kind's name (``"redlock"``, ...).
+    _event_kind: str | None = None
 
     def __init__(
         self,
@@ -73,6 +75,7 @@ class BaseLock:
         purpose: str | None = None,
         on_lost: Callable[[Any], Any] | None = None,
         max_hold: float | None = None,
+        metrics_name: str | None = None,
     ) -> None:
         config = get_config()
         self.name = validate_name(name)
@@ -95,6 +98,9 @@ class BaseLock:
         self.max_hold = (
             None if max_hold is None else validate_seconds(max_hold, "max_hold", allow_zero=False)
         )
+        #: The family given for metrics (``None``: the name up to its first ``:``).
+        self.metrics_name = events.validate_metrics_name(metrics_name)
+        self._family: str | None = None
         self.token = None
         self.fence = None
         self._lost = False
@@ -129,6 +135,23 @@ class BaseLock:
             return True
         valid_until = self.valid_until
         return self.token is not None and valid_until is not None and clock() >= valid_until
+
+    @property
+    def family(self) -> str:
+        """The bounded name metrics label this lock with (:func:`.events.family_of`);
+        worked out on first use, so a process without metrics never counts families."""
+        family = self._family
+        if family is None:
+            family = self._family = events.family_of(self.name, self.metrics_name)
+        return family
+
+    @property
+    def event_kind(self) -> str:
+        """The ``kind`` of this lock's events and metrics: its kind's name (``"lock"``,
+        ``"semaphore"``, ``"read"``, ``"write"``), or what its class says (``"redlock"``,
+        an election's ``"election"``)."""
+        kind: str = self._event_kind or self.ops.kind
+        return kind
 
     @property
     def acquired_at(self) -> dt.datetime | None:

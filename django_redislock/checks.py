@@ -127,6 +127,25 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 id="redislock.E009",
             )
         )
+    for switch in ("METRICS", "TRACING"):
+        if not isinstance(config[switch], bool):
+            messages.append(
+                Error(
+                    f"REDISLOCK[{switch!r}] must be True or False, not {config[switch]!r}.",
+                    obj="settings.REDISLOCK",
+                    id="redislock.E010",
+                )
+            )
+    families = config["METRICS_FAMILIES"]
+    if isinstance(families, bool) or not isinstance(families, int) or families < 1:
+        messages.append(
+            Error(
+                f"REDISLOCK['METRICS_FAMILIES'] must be a whole number >= 1, not {families!r}.",
+                hint="It caps the distinct lock families labelling metrics, e.g. 200.",
+                obj="settings.REDISLOCK",
+                id="redislock.E011",
+            )
+        )
     prefix = config["KEY_PREFIX"]
     if not isinstance(prefix, str) or not prefix or "{" in prefix or "}" in prefix:
         messages.append(

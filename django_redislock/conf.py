@@ -49,6 +49,14 @@ DEFAULTS: dict[str, Any] = {
     "VIEW_ON_UNAVAILABLE": None,
     # The Retry-After (whole seconds) of lock_view's default 503.
     "VIEW_UNAVAILABLE_RETRY_AFTER": 5,
+    # Prometheus metrics of every lock (django_redislock.contrib.prometheus, the
+    # "prometheus" extra). Off: nothing imported, nothing measured.
+    "METRICS": False,
+    # OpenTelemetry spans of every acquire and hold (django_redislock.contrib.otel, the
+    # "otel" extra). Off: nothing imported, nothing measured.
+    "TRACING": False,
+    # Distinct lock families (metric label values) per process; past it, "other".
+    "METRICS_FAMILIES": 200,
 }
 
 

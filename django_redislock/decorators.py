@@ -77,7 +77,7 @@ def locked(
 
     def decorator(func: Callable[P, R]) -> Callable[P, R]:
         namer = CallNamer(name, func, where=_where(func))
-        options = {"purpose": dotted_path(func), **lock_kwargs}
+        options = namer.lock_options({"purpose": dotted_path(func), **lock_kwargs})
 
         if iscoroutinefunction(func):
 
@@ -152,7 +152,7 @@ def lock_view(
 
     def decorator(view: Callable[P, R]) -> Callable[P, R]:
         namer = CallNamer(name, view, where=_where(view))
-        options = {"purpose": dotted_path(view), **lock_kwargs}
+        options = namer.lock_options({"purpose": dotted_path(view), **lock_kwargs})
         handlers = _ViewHandlers(on_busy, on_unavailable, options["purpose"])
         if _is_async(view):
             return _async_locked_view(view, namer, options, handlers)  # type: ignore[return-value]
@@ -302,6 +302,7 @@ def lock_command(
 
     def decorator(handle: Callable[P, R]) -> Callable[P, R | None]:
         namer = None if name is None else CallNamer(name, handle, where=_where(handle))
+        options = lock_kwargs if namer is None else namer.lock_options(lock_kwargs)
 
         @functools.wraps(handle)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R | None:
@@ -312,7 +313,7 @@ def lock_command(
                 functools.partial(handle, *args, **kwargs),
                 name=lock_name,
                 on_busy=on_busy,
-                lock_kwargs=lock_kwargs,
+                lock_kwargs=options,
             )
 
         return wrapper

@@ -18,7 +18,7 @@ from collections.abc import Callable, Generator
 from types import TracebackType
 from typing import Any
 
-from . import drivers, protocol
+from . import drivers, events, protocol
 from .exceptions import LockNotOwned
 from .holder import hostname
 from .inspection import LockInfo, alock_info, lock_info
@@ -48,8 +48,10 @@ class Election:
         identity: str | None = None,
         on_elected: Callback | None = None,
         on_lost: Callback | None = None,
+        metrics_name: str | None = None,
     ) -> None:
         self.name = validate_name(name)
+        self.metrics_name = events.validate_metrics_name(metrics_name)
         for label, callback in (("on_elected", on_elected), ("on_lost", on_lost)):
             if callback is not None and not callable(callback):
                 raise ValueError(f"{label} must be callable, not {callback!r}")
@@ -84,7 +86,7 @@ class Election:
         return self._fence
 
     def _new_lock(self, timeout: float | None) -> Lock:
-        return Lock(
+        lock = Lock(
             self.name,
             ttl=self.ttl,
             timeout=timeout,
@@ -94,7 +96,10 @@ class Election:
             purpose=self.identity,
             on_lost=self._lost,
             reentrant=False,  # two candidates in one thread are two candidates
+            metrics_name=self.metrics_name,
         )
+        lock._event_kind = "election"  # its events and metrics are the election's
+        return lock
 
     def _lost(self, lock: Lock) -> None:
         # Called by the lock (the watchdog's thread or task), or by _end_term: once a term.

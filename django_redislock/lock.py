@@ -62,6 +62,7 @@ class Lock(BaseLock):
         purpose: str | None = None,
         on_lost: Callable[[Any], Any] | None = None,
         max_hold: float | None = None,
+        metrics_name: str | None = None,
         wait_replicas: int = 0,
         wait_timeout: float | None = None,
         reentrant: bool | None = None,
@@ -76,6 +77,7 @@ class Lock(BaseLock):
             purpose=purpose,
             on_lost=on_lost,
             max_hold=max_hold,
+            metrics_name=metrics_name,
         )
         alias = get_config()["CONNECTION"] if connection is None else connection
         if not isinstance(alias, str) or not alias:

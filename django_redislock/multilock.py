@@ -78,6 +78,7 @@ class MultiLock:
         purpose: str | None = None,
         on_lost: Callable[[Any], Any] | None = None,
         max_hold: float | None = None,
+        metrics_name: str | None = None,
     ) -> None:
         self.names = _validate_names(names)
         if on_lost is not None and not callable(on_lost):
@@ -99,6 +100,7 @@ class MultiLock:
                 purpose=_part_purpose(purpose, index, len(self.names), together),
                 on_lost=self._part_lost,
                 max_hold=max_hold,
+                metrics_name=metrics_name,
                 reentrant=False,
             )
             for index, name in enumerate(sorted(self.names), 1)

@@ -181,6 +181,20 @@ class CallNamer:
         if sig is not None and not any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
             self.template.check_parameters(frozenset(sig.parameters))
 
+    @property
+    def metrics_name(self) -> str | None:
+        """The family of the locks it names: the template with fields (``"invoice:{id}"``),
+        else ``None`` (a fixed name, or a callable: the name's own family applies)."""
+        template = self.template
+        return template.template if template is not None and template.fields else None
+
+    def lock_options(self, lock_kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """``lock_kwargs`` with ``metrics_name`` set to the template unless given."""
+        family = self.metrics_name
+        if family is None or "metrics_name" in lock_kwargs:
+            return dict(lock_kwargs)
+        return {"metrics_name": family, **lock_kwargs}
+
     def arguments(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         """The call's arguments by name (``**kwargs`` merged in), defaults applied."""
         if self.signature is None:

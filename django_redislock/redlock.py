@@ -84,6 +84,8 @@ class Redlock(BaseLock):
 
     transport: Quorum
 
+    _event_kind = "redlock"
+
     def __init__(
         self,
         name: str,
@@ -97,6 +99,7 @@ class Redlock(BaseLock):
         purpose: str | None = None,
         on_lost: Callable[[Any], Any] | None = None,
         max_hold: float | None = None,
+        metrics_name: str | None = None,
         node_timeout: float | None = None,
     ) -> None:
         super().__init__(
@@ -109,6 +112,7 @@ class Redlock(BaseLock):
             purpose=purpose,
             on_lost=on_lost,
             max_hold=max_hold,
+            metrics_name=metrics_name,
         )
         if self.ttl < minimum_ttl():
             raise ValueError(

@@ -75,6 +75,7 @@ class ReadWriteLock:
         purpose: str | None = None,
         on_lost: Callable[[Any], Any] | None = None,
         max_hold: float | None = None,
+        metrics_name: str | None = None,
     ) -> None:
         self._options: dict[str, Any] = {
             "ttl": ttl,
@@ -86,6 +87,7 @@ class ReadWriteLock:
             "purpose": purpose,
             "on_lost": on_lost,
             "max_hold": max_hold,
+            "metrics_name": metrics_name,
         }
         # Bad options fail here, not at the first read_lock() (no network call).
         probe = WriteLock(name, **self._options)

@@ -50,6 +50,7 @@ class Semaphore(SharedLock):
         purpose: str | None = None,
         on_lost: Callable[[Any], Any] | None = None,
         max_hold: float | None = None,
+        metrics_name: str | None = None,
     ) -> None:
         self.limit = _validate_limit(limit)
         super().__init__(
@@ -63,6 +64,7 @@ class Semaphore(SharedLock):
             purpose=purpose,
             on_lost=on_lost,
             max_hold=max_hold,
+            metrics_name=metrics_name,
             reentrant=False,  # one permit per object: a re-entry would share it
         )
 

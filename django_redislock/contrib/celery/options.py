@@ -156,6 +156,8 @@ def parse(task_name: str, run: Callable[..., Any], raw: Any) -> LockOptions:
         check_lock_kwargs(lock_kwargs)
     except (TypeError, ValueError) as exc:
         raise _fail(task_name, str(exc)) from None
+    if isinstance(namer, CallNamer):  # a template's locks share its family in metrics
+        lock_kwargs = namer.lock_options(lock_kwargs)
     if scope == "queued" and (lock_kwargs.get("backend") == "redlock" or "connections" in raw):
         raise _fail(task_name, "the queued scope needs a Lock (one server), not a Redlock")
     return LockOptions(

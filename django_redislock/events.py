@@ -1,0 +1,224 @@
+"""One stream of what happens to locks: the engine reports each outcome once, here.
+
+The lifecycle (:mod:`~django_redislock.protocol`), the watchdog and ``force_release``
+call :func:`emit` with a :class:`LockEvent`; the signals, the Prometheus metrics
+(:mod:`django_redislock.contrib.prometheus`), the traces
+(:mod:`django_redislock.contrib.otel`) and the history read that one event, so they
+cannot disagree. A consumer is a callable taking the event (:func:`subscribe`); its
+error is logged and never reaches the lock's caller, as with the signals: an event
+reports what already happened in Redis.
+
+The **family** (:func:`family_of`) is the bounded name metrics label a lock with: the
+decorator's template, else ``metrics_name=``, else the name up to its first ``:``; at
+most ``REDISLOCK["METRICS_FAMILIES"]`` of them per process, then ``"other"``. Lock names
+themselves are never labels: one per invoice would grow a metric without bound.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .conf import get_config
+
+logger = logging.getLogger("django_redislock.events")
+
+#: Acquired (``waited``: seconds from the call to the grant).
+ACQUIRED = "acquired"
+#: The first refusal of an acquire that then waits (``holder``: who refused it).
+CONTENDED = "contended"
+#: The acquire's timeout ran out (``waited``, ``holder``: the last refusal's holder).
+TIMED_OUT = "timed_out"
+#: Refused once with ``blocking=False`` / ``timeout=0`` (``holder``).
+BUSY = "busy"
+#: The lock's server could not be reached (``reason``: the error).
+FAILED = "failed"
+#: The acquire was cancelled (an asyncio task, a gevent/eventlet kill): nothing held.
+CANCELLED = "cancelled"
+#: Released by its holder (``held``: seconds since the grant).
+RELEASED = "released"
+#: Found lost while held: expired, taken over or force-released (``held``, ``reason``).
+LOST = "lost"
+#: ``force_release`` deleted a holder's lock (``holder``: the holder removed).
+FORCE_RELEASED = "force_released"
+#: An acquire refused to complete a wait-for cycle (a later issue reports it).
+DEADLOCK = "deadlock"
+#: The watchdog renewed a held lock.
+RENEWED = "renewed"
+#: A renewal failed for a reason other than the lock being gone (``reason``).
+RENEWAL_FAILED = "renewal_failed"
+
+#: Every event type.
+TYPES = frozenset(
+    {
+        ACQUIRED,
+        CONTENDED,
+        TIMED_OUT,
+        BUSY,
+        FAILED,
+        CANCELLED,
+        RELEASED,
+        LOST,
+        FORCE_RELEASED,
+        DEADLOCK,
+        RENEWED,
+        RENEWAL_FAILED,
+    }
+)
+
+#: The family past the cap.
+OTHER = "other"
+#: Longest ``metrics_name`` accepted (a label value, not a key).
+MAX_METRICS_NAME = 200
+
+
+@dataclass(frozen=True)
+class LockEvent:
+    """What happened to one lock, once. Fields that do not apply are ``None``."""
+
+    #: One of :data:`TYPES`.
+    type: str
+    #: ``"lock"``, ``"redlock"``, ``"semaphore"``, ``"read"``, ``"write"``, ``"election"``.
+    kind: str
+    #: The lock's name (never a metric label: see :func:`family_of`).
+    name: str
+    #: The bounded name for metrics (:func:`family_of`).
+    family: str
+    #: The fence of the grant (``acquired``, ``released``, ``lost``).
+    fence: int | None = None
+    #: The first characters of the token, as the admin shows them.
+    token_prefix: str | None = None
+    #: Who held the lock: the refusing holder (``contended``, ``busy``, ``timed_out``) or
+    #: the holder removed (``force_released``); a ``HolderState`` or a ``LockInfo``.
+    holder: Any = None
+    #: Seconds the acquire waited (``acquired``, ``timed_out``, ``busy``, ``failed``,
+    #: ``cancelled``).
+    waited: float | None = None
+    #: Seconds the lock was held (``released``, ``lost``).
+    held: float | None = None
+    #: Why (``lost``, ``failed``, ``renewal_failed``).
+    reason: str | None = None
+    #: Attempts sent by the acquire (the first one included).
+    attempts: int | None = None
+    #: The lock object (``None`` for ``force_released``, which has none).
+    lock: Any = None
+
+
+Consumer = Callable[[LockEvent], Any]
+
+# A tuple, replaced whole: emit() iterates it without a lock while others subscribe.
+_consumers: tuple[Consumer, ...] = ()
+_consumers_lock = threading.Lock()
+
+
+def subscribe(consumer: Consumer) -> None:
+    """Call ``consumer(event)`` for every event from now on (once, however often asked)."""
+    global _consumers
+    if not callable(consumer):
+        raise TypeError(f"an event consumer must be callable, not {consumer!r}")
+    with _consumers_lock:
+        if consumer not in _consumers:
+            _consumers = (*_consumers, consumer)
+
+
+def unsubscribe(consumer: Consumer) -> None:
+    """Stop calling ``consumer`` (nothing happens if it was not subscribed)."""
+    global _consumers
+    with _consumers_lock:
+        _consumers = tuple(c for c in _consumers if c != consumer)
+
+
+def consumers() -> tuple[Consumer, ...]:
+    """The consumers subscribed now, in the order they are called."""
+    return _consumers
+
+
+def emit(event: LockEvent) -> None:
+    """Hand ``event`` to every consumer; a consumer's error is logged, never raised."""
+    for consumer in _consumers:
+        try:
+            consumer(event)
+        except Exception:
+            logger.exception(
+                "A lock event consumer (%s) failed on %s of %r",
+                getattr(consumer, "__qualname__", consumer),
+                event.type,
+                event.name,
+            )
+
+
+# -- families ------------------------------------------------------------------------------
+
+_families: set[str] = set()
+_families_lock = threading.Lock()
+
+
+def validate_metrics_name(metrics_name: object) -> str | None:
+    """``metrics_name`` if it is ``None`` or a usable family, else ``ValueError`` naming it."""
+    if metrics_name is None:
+        return None
+    if not isinstance(metrics_name, str) or not metrics_name.strip():
+        raise ValueError(f"metrics_name must be a non-empty str, not {metrics_name!r}")
+    if len(metrics_name) > MAX_METRICS_NAME:
+        raise ValueError(
+            f"metrics_name must be at most {MAX_METRICS_NAME} characters, not "
+            f"{len(metrics_name)} ({metrics_name[:40]!r}...)"
+        )
+    return metrics_name
+
+
+def family_of(name: str, metrics_name: str | None = None) -> str:
+    """The family of lock ``name``: ``metrics_name`` if given (a decorator passes its
+    template), else ``name`` up to its first ``:``. Past ``REDISLOCK["METRICS_FAMILIES"]``
+    distinct families in this process, a new one is ``"other"``."""
+    family = name.partition(":")[0] if metrics_name is None else metrics_name
+    if family in _families:
+        return family
+    with _families_lock:
+        if family in _families:
+            return family
+        if len(_families) >= get_config()["METRICS_FAMILIES"]:
+            return OTHER
+        _families.add(family)
+    return family
+
+
+def known_families() -> frozenset[str]:
+    """The families this process has given out (``"other"`` aside)."""
+    return frozenset(_families)
+
+
+def reset_families() -> None:
+    """Forget every family (for tests: a process normally keeps them for its lifetime)."""
+    with _families_lock:
+        _families.clear()
+
+
+__all__ = [
+    "ACQUIRED",
+    "BUSY",
+    "CANCELLED",
+    "CONTENDED",
+    "DEADLOCK",
+    "FAILED",
+    "FORCE_RELEASED",
+    "LOST",
+    "OTHER",
+    "RELEASED",
+    "RENEWAL_FAILED",
+    "RENEWED",
+    "TIMED_OUT",
+    "TYPES",
+    "LockEvent",
+    "consumers",
+    "emit",
+    "family_of",
+    "known_families",
+    "reset_families",
+    "subscribe",
+    "unsubscribe",
+    "validate_metrics_name",
+]
