@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from . import waiting
+from . import events, waiting
 from .clock import now as clock
 from .kinds.mutex import Busy
 
@@ -32,6 +32,7 @@ class Attempts:
 
     __slots__ = (
         "alias",
+        "contended",
         "deadline",
         "delays",
         "first",
@@ -39,6 +40,7 @@ class Attempts:
         "loop",
         "refused_ms",
         "refused_sent",
+        "sent",
         "token",
         "waited_ms",
         "waiter",
@@ -71,8 +73,12 @@ class Attempts:
         # The last refused attempt: clock() before it was sent, the server's clock (ms).
         self.refused_sent = self.first
         self.refused_ms: int | None = None
+        #: Attempts sent so far; whether the first refusal was reported (``contended``).
+        self.sent = 0
+        self.contended = False
 
     def before_attempt(self) -> None:
+        self.sent += 1
         if self.waiter is not None:
             self.waiter.clear()
 
@@ -80,8 +86,31 @@ class Attempts:
         """The lock is ours: under our token, or the one the winning attempt wrote."""
         if self.waiter is not None:
             self.waiter.acquired = True
-        self.lock._took(token or self.token, fence, started, in_loop=self.loop is not None)
+        self.lock._took(
+            token or self.token,
+            fence,
+            started,
+            in_loop=self.loop is not None,
+            waited=clock() - self.first,
+            attempts=self.sent,
+        )
         return True
+
+    def report(self, type_: str, **fields: Any) -> None:
+        """Report an outcome of this acquire other than a grant (:mod:`.events`)."""
+        self.lock._emit(type_, waited=clock() - self.first, attempts=self.sent, **fields)
+
+    def refused(self, attempt: Busy) -> None:
+        """A refusal after which this acquire waits: the first one is ``contended``."""
+        if not self.contended:
+            self.contended = True
+            self.report(events.CONTENDED, holder=attempt.holder)
+
+    def gave_up(self, attempt: Busy) -> None:
+        """Refused with no time left: ``busy`` if it would not wait at all, else
+        ``timed_out``."""
+        type_ = events.BUSY if self.deadline == self.first else events.TIMED_OUT
+        self.report(type_, holder=attempt.holder)
 
     def live_hand_off(self) -> tuple[int, float] | None:
         """(fence, clock() when it was handed over) of a release's hand-off to us.

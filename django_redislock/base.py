@@ -19,7 +19,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from . import drivers, events, protocol, reentry, replication, signals, watchdog
+from . import drivers, events, protocol, reentry, replication, watchdog
 from .clock import now
 from .conf import get_config
 from .exceptions import (
@@ -62,6 +62,8 @@ class BaseLock:
     _depth: int = 0
     #: The ``kind`` its events report when not its kind's name (``"redlock"``, ...).
     _event_kind: str | None = None
+    #: True from an acquire until its hold's end was reported (released or lost).
+    _hold_open: bool = False
 
     def __init__(
         self,
@@ -259,7 +261,16 @@ class BaseLock:
                 lock_name=self.name,
             )
 
-    def _took(self, token: str, fence: int, started: float, *, in_loop: bool = False) -> None:
+    def _took(
+        self,
+        token: str,
+        fence: int,
+        started: float,
+        *,
+        in_loop: bool = False,
+        waited: float = 0.0,
+        attempts: int | None = None,
+    ) -> None:
         self.token = token
         self.fence = fence if self.fencing else None
         self._lost = False
@@ -273,7 +284,36 @@ class BaseLock:
         if self.watchdog:
             watchdog.watch(self, in_loop=in_loop)
         acquire_logger.debug("acquired %r fence=%s", self.name, self.fence)
-        signals.notify(signals.lock_acquired, type(self), lock=self)
+        self._hold_open = True
+        self._emit(events.ACQUIRED, fence=self.fence, waited=waited, attempts=attempts)
+
+    def _emit(self, type_: str, **fields: Any) -> None:
+        """Report what happened to this lock to the event stream (:mod:`.events`)."""
+        token = self.token
+        events.emit(
+            events.LockEvent(
+                type_,
+                self.event_kind,
+                self.name,
+                token_prefix=None if token is None else token[:6],
+                lock=self,
+                **fields,
+            )
+        )
+
+    def _end_hold(self, type_: str, reason: str | None = None) -> None:
+        """The hold taken by the last acquire ended (``released`` or ``lost``): reported
+        once per hold, whichever path sees it first (release, watchdog, ``with``)."""
+        if not self._hold_open:
+            return
+        self._hold_open = False
+        started = self.acquired_monotonic
+        self._emit(
+            type_,
+            fence=self.fence,
+            held=None if started is None else clock() - started,
+            reason=reason,
+        )
 
     def _forget(self) -> None:
         if self.watchdog:
@@ -332,9 +372,10 @@ class BaseLock:
 
     def _after_release(self, released: bool) -> None:
         if not released:
+            self._end_hold(events.LOST, "expired or taken over before its release")
             raise self._not_owned("release")
         release_logger.debug("released %r", self.name)
-        signals.notify(signals.lock_released, type(self), lock=self)
+        self._end_hold(events.RELEASED)
 
     def extend(self, ttl: float | None = None) -> None:
         """Reset the remaining TTL to ``ttl`` seconds (default: the lock's ttl)."""

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from . import signals
 from .conf import get_config
 
 logger = logging.getLogger("django_redislock.events")
@@ -46,10 +47,9 @@ LOST = "lost"
 FORCE_RELEASED = "force_released"
 #: An acquire refused to complete a wait-for cycle (a later issue reports it).
 DEADLOCK = "deadlock"
-#: The watchdog renewed a held lock.
-RENEWED = "renewed"
-#: A renewal failed for a reason other than the lock being gone (``reason``).
-RENEWAL_FAILED = "renewal_failed"
+#: The watchdog sent a renewal (``result``: ``"renewed"``, ``"lost"`` when it found the
+#: lock gone, ``"error"`` when it failed and will be retried; ``reason``: the error).
+RENEWAL = "renewal"
 
 #: Every event type.
 TYPES = frozenset(
@@ -64,8 +64,7 @@ TYPES = frozenset(
         LOST,
         FORCE_RELEASED,
         DEADLOCK,
-        RENEWED,
-        RENEWAL_FAILED,
+        RENEWAL,
     }
 )
 
@@ -75,7 +74,7 @@ OTHER = "other"
 MAX_METRICS_NAME = 200
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LockEvent:
     """What happened to one lock, once. Fields that do not apply are ``None``."""
 
@@ -83,10 +82,8 @@ class LockEvent:
     type: str
     #: ``"lock"``, ``"redlock"``, ``"semaphore"``, ``"read"``, ``"write"``, ``"election"``.
     kind: str
-    #: The lock's name (never a metric label: see :func:`family_of`).
+    #: The lock's name (never a metric label: see :attr:`family`).
     name: str
-    #: The bounded name for metrics (:func:`family_of`).
-    family: str
     #: The fence of the grant (``acquired``, ``released``, ``lost``).
     fence: int | None = None
     #: The first characters of the token, as the admin shows them.
@@ -103,8 +100,23 @@ class LockEvent:
     reason: str | None = None
     #: Attempts sent by the acquire (the first one included).
     attempts: int | None = None
+    #: A renewal's outcome (``renewal``): ``"renewed"``, ``"lost"`` or ``"error"``.
+    result: str | None = None
     #: The lock object (``None`` for ``force_released``, which has none).
     lock: Any = None
+    #: The connection alias (``force_released``).
+    connection: str | None = None
+    #: Who force-released it, when known (``force_released``).
+    user: Any = None
+    #: The lock class, the signals' sender, when there is no ``lock`` (``force_released``).
+    lock_class: Any = None
+
+    @property
+    def family(self) -> str:
+        """The bounded name metrics label it with (:func:`family_of`), worked out when a
+        consumer first asks, so nothing is counted in a process that measures nothing."""
+        lock = self.lock
+        return family_of(self.name) if lock is None else str(lock.family)
 
 
 Consumer = Callable[[LockEvent], Any]
@@ -137,7 +149,9 @@ def consumers() -> tuple[Consumer, ...]:
 
 
 def emit(event: LockEvent) -> None:
-    """Hand ``event`` to every consumer; a consumer's error is logged, never raised."""
+    """Hand ``event`` to the signals, then to every consumer; a consumer's error is
+    logged, never raised."""
+    signals.deliver(event)
     for consumer in _consumers:
         try:
             consumer(event)
@@ -208,8 +222,7 @@ __all__ = [
     "LOST",
     "OTHER",
     "RELEASED",
-    "RENEWAL_FAILED",
-    "RENEWED",
+    "RENEWAL",
     "TIMED_OUT",
     "TYPES",
     "LockEvent",

@@ -11,7 +11,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from . import drivers, registry, signals
+from . import drivers, events, registry
 from .conf import get_config
 from .connection import lock_client
 from .exceptions import LockBackendUnavailable, RedisLockError
@@ -287,13 +287,16 @@ def force_release_holder(
             gone = info_from_holders(
                 name, info.key, removed, alias, kind=info.kind, limit=info.limit
             ) if removed else None  # fmt: skip
-            signals.notify(
-                signals.lock_force_released,
-                kind.lock_class(),
-                info=gone,
-                name=name,
-                connection=alias,
-                user=user,
+            events.emit(
+                events.LockEvent(
+                    events.FORCE_RELEASED,
+                    info.kind,
+                    name,
+                    holder=gone,
+                    connection=alias,
+                    user=user,
+                    lock_class=kind.lock_class(),
+                )
             )
             return ReleaseResult(name, RELEASED, gone)
         if done == 0:  # expired between the read and the delete

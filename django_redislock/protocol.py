@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from redis.exceptions import RedisError
 
-from . import reentry, registry
+from . import events, reentry, registry
 from .attempts import Attempts
 from .clock import now as clock
 from .exceptions import LockLost, LockNotOwned, RedisLockError
@@ -52,7 +52,18 @@ class LockLike(Protocol):
     def _resolve_wait(self, blocking: bool | None, timeout: float | None) -> float | None: ...
     def _check_not_held(self) -> None: ...
     def _owned_token(self, action: str) -> str: ...
-    def _took(self, token: str, fence: int, started: float, *, in_loop: bool = False) -> None: ...
+    def _took(
+        self,
+        token: str,
+        fence: int,
+        started: float,
+        *,
+        in_loop: bool = False,
+        waited: float = 0.0,
+        attempts: int | None = None,
+    ) -> None: ...
+    def _emit(self, type_: str, **fields: Any) -> None: ...
+    def _end_hold(self, type_: str, reason: str | None = None) -> None: ...
     def _forget(self) -> None: ...
     def _after_release(self, released: bool) -> None: ...
     def _release_after_transaction(self) -> None: ...
@@ -91,15 +102,19 @@ def acquire(
                 yield Send(lock, "_do_cleanup", (token,))
                 if attempts.waited_ms:
                     yield Send(lock, "_do_unclaim", (token,))
+                attempts.report(events.CANCELLED)
                 raise
             except NotReplicated as short:  # granted, but too few replicas saw it: undone
                 yield from _cleanup_quietly(lock, token)
-                raise lock._replicas_missing(short) from None
+                error = lock._replicas_missing(short)
+                attempts.report(events.FAILED, reason=str(error))
+                raise error from None
             except UNREACHABLE as exc:
                 if not never_sent(exc):
                     yield from _cleanup_quietly(lock, token)
                 if attempts.waited_ms:
                     yield from _unclaim_quietly(lock, token)
+                attempts.report(events.FAILED, reason=str(exc))
                 raise lock._backend_error(exc) from exc
             except RedisError as exc:
                 raise (yield from refused(lock, exc)) from exc
@@ -109,7 +124,9 @@ def acquire(
             if pause is None:
                 if attempts.waited_ms:
                     yield from _unclaim_quietly(lock, token)
+                attempts.gave_up(attempt)
                 return False
+            attempts.refused(attempt)
             try:
                 waiter = attempts.waiter
                 yield Wait(pause, None if waiter is None else waiter.wakeup)
@@ -118,6 +135,7 @@ def acquire(
                     # Before the cancel completes: a release must not hand the lock to a
                     # waiter that is gone.
                     yield Send(lock, "_do_unclaim", (token,))
+                attempts.report(events.CANCELLED)
                 raise
             handed = attempts.live_hand_off()
             if handed is not None:
@@ -179,6 +197,8 @@ def release(lock: LockLike) -> Generator[Step, Any, None]:
     try:
         released = yield Send(lock, "_do_release", (token,), shielded=True, repeatable=True)
     except RedisError as exc:
+        # Off the watchdog already: whoever held it here holds it no more (it expires).
+        lock._end_hold(events.LOST, f"its release failed ({exc}); it expires by its TTL")
         raise (yield from refused(lock, exc)) from exc
     lock._after_release(released)
 

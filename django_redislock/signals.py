@@ -1,4 +1,7 @@
-"""Signals sent by locks. ``sender`` is the lock class (``Lock`` or ``Redlock``).
+"""Signals sent by locks. ``sender`` is the lock class (``Lock``, ``Redlock``, ...).
+
+They are one consumer of the engine's event stream (:mod:`django_redislock.events`):
+each is sent for one event, so they say exactly what the metrics and traces say.
 
 They cache their receivers per sender (``use_caching``): with nothing connected
 for a lock class, sending is one dictionary look-up, even while receivers are
@@ -32,6 +35,49 @@ lock_lost = Signal(use_caching=True)
 lock_force_released = Signal(use_caching=True)
 
 
+#: Sent when an acquire gave up. kwargs: ``lock``, ``reason`` (``"timeout"``: its wait ran
+#: out; ``"busy"``: refused with ``blocking=False`` / ``timeout=0``; ``"unavailable"``: its
+#: server could not be reached; ``"deadlock"``), ``waited`` (seconds).
+lock_acquire_failed = Signal(use_caching=True)
+
+#: lock_acquire_failed's ``reason`` for each event type that gives up an acquire.
+_FAILED_REASONS = {
+    "timed_out": "timeout",
+    "busy": "busy",
+    "failed": "unavailable",
+    "deadlock": "deadlock",
+}
+
+
+def deliver(event: Any) -> None:
+    """Send the signal for one engine event (:class:`~django_redislock.events.LockEvent`):
+    the signals are a consumer of the event stream, sent first."""
+    kind = event.type
+    if kind == "acquired":
+        notify(lock_acquired, type(event.lock), lock=event.lock)
+    elif kind == "released":
+        notify(lock_released, type(event.lock), lock=event.lock)
+    elif kind == "lost":
+        notify(lock_lost, type(event.lock), lock=event.lock, reason=event.reason)
+    elif kind == "force_released":
+        notify(
+            lock_force_released,
+            event.lock_class,
+            info=event.holder,
+            name=event.name,
+            connection=event.connection,
+            user=event.user,
+        )
+    elif kind in _FAILED_REASONS:
+        notify(
+            lock_acquire_failed,
+            type(event.lock),
+            lock=event.lock,
+            reason=_FAILED_REASONS[kind],
+            waited=event.waited,
+        )
+
+
 def notify(signal: Signal, sender: Any, **kwargs: Any) -> None:
     """Send ``signal`` to every receiver; log (never raise) a receiver's error."""
     for receiver, result in signal.send_robust(sender=sender, **kwargs):
@@ -50,4 +96,5 @@ _signal_names = {
     id(lock_released): "lock_released",
     id(lock_lost): "lock_lost",
     id(lock_force_released): "lock_force_released",
+    id(lock_acquire_failed): "lock_acquire_failed",
 }

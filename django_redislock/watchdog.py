@@ -28,7 +28,7 @@ from collections.abc import Callable, Generator, Hashable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from . import clock, drivers, signals
+from . import clock, drivers, events
 from .steps import Send, Step, Wait
 from .waiting import LoopWake, ThreadWake
 
@@ -71,6 +71,12 @@ class Renewable(Protocol):
     _lost: bool
     transport: Transport
 
+    def _emit(self, type_: str, **fields: Any) -> None:
+        """Report a renewal to the event stream."""
+
+    def _end_hold(self, type_: str, reason: str | None = None) -> None:
+        """Report that the hold ended (here: lost), once."""
+
     @property
     def ops(self) -> RenewOps:
         """The lock's operations (``extend`` and ``release`` are sent here)."""
@@ -109,7 +115,7 @@ def mark_lost(lock: Renewable, reason: str) -> None:
         return
     lock._lost = True
     logger.warning("Lock %r lost: %s", lock.name, reason)
-    signals.notify(signals.lock_lost, type(lock), lock=lock, reason=reason)
+    lock._end_hold(events.LOST, reason)
     if lock.on_lost is not None:
         try:
             lock.on_lost(lock)
@@ -167,13 +173,17 @@ class _Schedule:
         if outcome is True:
             lock.valid_until = started + lock.validity
             entry.due = started + lock.ttl * RENEW_FRACTION
+            lock._emit(events.RENEWAL, result="renewed")
         elif outcome is False:
             self.entries.pop(id(lock), None)
+            lock._emit(events.RENEWAL, result="lost")
             mark_lost(lock, "the lock expired or another holder took it")
         elif lock.valid_until is not None and now >= lock.valid_until:
             self.entries.pop(id(lock), None)
+            lock._emit(events.RENEWAL, result="error", reason=str(outcome))
             mark_lost(lock, f"Redis unreachable until the TTL ran out ({outcome})")
         else:
+            lock._emit(events.RENEWAL, result="error", reason=str(outcome))
             logger.info("Renewing %r failed, retrying: %s", lock.name, outcome)
             left = (lock.valid_until or now) - now
             entry.due = now + max(0.001, min(lock.ttl * RETRY_FRACTION, left / 2))

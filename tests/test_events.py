@@ -132,7 +132,7 @@ def test_a_decorated_functions_locks_carry_the_template() -> None:
 
 
 def _event(**fields: Any) -> LockEvent:
-    defaults = {"type": events.ACQUIRED, "kind": "lock", "name": "a", "family": "a"}
+    defaults = {"type": events.ACQUIRED, "kind": "lock", "name": "a"}
     return LockEvent(**{**defaults, **fields})
 
 
@@ -197,8 +197,7 @@ def test_every_event_type_is_listed() -> None:
         "lost",
         "force_released",
         "deadlock",
-        "renewed",
-        "renewal_failed",
+        "renewal",
     }
 
 

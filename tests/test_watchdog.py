@@ -216,6 +216,14 @@ class _CounterKind:
         self.orphan_released = threading.Event()
         self.ops = _CounterOps(name, int(ttl * 1000))
         self.transport = _CounterTransport(client, self.renewed_twice, self.orphan_released)
+        self.reported: list[tuple[str, dict]] = []
+
+    # What it tells the event stream: kept here, as a kind of our own would emit it.
+    def _emit(self, type_, **fields):
+        self.reported.append((type_, fields))
+
+    def _end_hold(self, type_, reason=None):
+        self.reported.append((type_, {"reason": reason}))
 
     def take(self):
         from django_redislock.clock import now
@@ -278,6 +286,9 @@ def test_a_new_kind_needs_only_the_renewable_protocol(lock_backend):
     raw.set("proto-kind", "someone-else")
     assert lost.event.wait(10) and lost.calls == [kind] and kind._lost
     watchdog_module.unwatch(kind)
+    types = [type_ for type_, _ in kind.reported]
+    assert types[-2:] == ["renewal", "lost"] and set(types[:-2]) == {"renewal"}
+    assert kind.reported[-2][1] == {"result": "lost"}
 
     # Collected while held: the watchdog releases it with the orphan callable.
     other = _CounterKind(raw, "proto-orphan", ttl=3)
