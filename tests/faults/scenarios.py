@@ -638,11 +638,17 @@ def regex_size(seconds: float) -> int:
         n, took = 14, 0.0
         while took < 0.02:
             n += 1
-            t0 = time.monotonic()
-            _CATASTROPHIC.match("a" * n + "!")
-            took = time.monotonic() - t0
-        _regex_size[seconds] = n + max(0, math.ceil(math.log2(seconds / took))) + 1
+            took = min(_regex_time(n) for _ in range(3))  # the least disturbed of three
+        # Two characters (4x) of margin: a run measured while the machine was busy reads
+        # slow and would predict too short an input for a quieter moment (CI saw 0.49 s).
+        _regex_size[seconds] = n + max(0, math.ceil(math.log2(seconds / took))) + 2
     return _regex_size[seconds]
+
+
+def _regex_time(n: int) -> float:
+    t0 = time.monotonic()
+    _CATASTROPHIC.match("a" * n + "!")
+    return time.monotonic() - t0
 
 
 def hold_gil(size: int) -> float:
@@ -739,6 +745,7 @@ def watchdog_starved(lab: Lab, protected: bool) -> RunResult:
         result.extend(check_windows(result.history))
         result.extend(check_resources(resources))
     finally:
+        history.close()  # again on an error path: a file left open warns in a later test
         if taker is not None:
             taker.kill()
         raw.close()
