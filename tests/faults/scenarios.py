@@ -325,17 +325,18 @@ def _run_paused(lab: Lab, protected: bool, point: str, redlock: bool, ttl: float
             if not ok:
                 raise RuntimeError("w2 could not acquire")
             _write_all(history, resources, lock.fence, "w2")
-            before = [(raw.get(key), raw.pttl(key)) for raw in raws]
-            t_before = time.monotonic()
+            # Each reading carries the instant before its first call: on a loaded machine
+            # the round trips between nodes are a sizeable part of the wait.
+            before = [(time.monotonic(), raw.get(key), raw.pttl(key)) for raw in raws]
             worker.cont()
             code = worker.wait()
-            elapsed_ms = (time.monotonic() - t_before) * 1000
             if code != 0:
                 raise RuntimeError(f"w1 failed ({code}):\n{worker.output()}")
-            after = [(raw.get(key), raw.pttl(key)) for raw in raws]
-            for (token_before, pttl_before), (token_after, pttl_after) in zip(
+            after = [(raw.get(key), raw.pttl(key), time.monotonic()) for raw in raws]
+            for (t_before, token_before, pttl_before), (token_after, pttl_after, t_after) in zip(
                 before, after, strict=True
             ):
+                elapsed_ms = (t_after - t_before) * 1000
                 late = (
                     token_after is not None and token_after.split(b"\x1e")[0] == lock.token.encode()
                 )
@@ -346,7 +347,7 @@ def _run_paused(lab: Lab, protected: bool, point: str, redlock: bool, ttl: float
                         f"the new holder's key changed under a stale release/extend: "
                         f"{token_before!r} -> {token_after!r}"
                     )
-                elif not (pttl_before - elapsed_ms - 20 <= pttl_after <= pttl_before):
+                elif not (pttl_before - elapsed_ms - 5 <= pttl_after <= pttl_before + 1):
                     result.violations.append(
                         f"a stale extend changed the new holder's TTL: {pttl_before} ms -> "
                         f"{pttl_after} ms after {elapsed_ms:.0f} ms"

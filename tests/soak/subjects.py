@@ -198,7 +198,7 @@ def new_subject(config: dict[str, Any], rng: random.Random, ident: str) -> Subje
         lock = Redlock(name, ttl=ttl, watchdog=watchdog, node_timeout=0.5)
         return Subject(lock, exclusive=True, broken_release=broken)
     if kind == "semaphore":
-        limit = SEMAPHORE_LIMITS[name] + (1 if broken else 0)
+        limit = SEMAPHORE_LIMITS.get(name, 2) + (1 if broken else 0)  # 2: a warm-up name
         lock = Semaphore(name, limit, connection="lock", ttl=ttl, watchdog=watchdog)
         return Subject(lock, exclusive=False, broken_release=False)
     if kind == "rwlock":
