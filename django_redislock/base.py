@@ -289,6 +289,8 @@ class BaseLock:
 
     def _emit(self, type_: str, **fields: Any) -> None:
         """Report what happened to this lock to the event stream (:mod:`.events`)."""
+        if not events.wanted(type_, type(self)):
+            return
         token = self.token
         events.emit(
             events.LockEvent(

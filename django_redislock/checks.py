@@ -79,6 +79,37 @@ def _alias_problem(alias: Any, what: str, obj: str) -> list[CheckMessage]:
     return []
 
 
+def _switch_problem(config: dict[str, Any], key: str, check_id: str) -> list[CheckMessage]:
+    """An error unless ``REDISLOCK[key]`` is True or False."""
+    value = config[key]
+    if isinstance(value, bool):
+        return []
+    return [
+        Error(
+            f"REDISLOCK[{key!r}] must be True or False, not {value!r}.",
+            obj="settings.REDISLOCK",
+            id=f"redislock.{check_id}",
+        )
+    ]
+
+
+def _count_problem(
+    config: dict[str, Any], key: str, check_id: str, *, unit: str, hint: str
+) -> list[CheckMessage]:
+    """An error unless ``REDISLOCK[key]`` is an int >= 1 (``True`` is no count)."""
+    value = config[key]
+    if not isinstance(value, bool) and isinstance(value, int) and value >= 1:
+        return []
+    return [
+        Error(
+            f"REDISLOCK[{key!r}] must be {unit} >= 1, not {value!r}.",
+            hint=hint,
+            obj="settings.REDISLOCK",
+            id=f"redislock.{check_id}",
+        )
+    ]
+
+
 @register(Tags.caches)
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """Check the REDISLOCK dict: aliases, TTL, prefix, Redlock nodes, unknown keys."""
@@ -108,44 +139,22 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 id="redislock.E003",
             )
         )
-    if not isinstance(config["REENTRANT"], bool):
-        messages.append(
-            Error(
-                f"REDISLOCK['REENTRANT'] must be True or False, not {config['REENTRANT']!r}.",
-                obj="settings.REDISLOCK",
-                id="redislock.E008",
-            )
-        )
-    retry = config["VIEW_UNAVAILABLE_RETRY_AFTER"]
-    if isinstance(retry, bool) or not isinstance(retry, int) or retry < 1:
-        messages.append(
-            Error(
-                "REDISLOCK['VIEW_UNAVAILABLE_RETRY_AFTER'] must be a whole number of seconds "
-                f">= 1, not {retry!r}.",
-                hint="It is the Retry-After of lock_view's 503, e.g. 5.",
-                obj="settings.REDISLOCK",
-                id="redislock.E009",
-            )
-        )
-    for switch in ("METRICS", "TRACING"):
-        if not isinstance(config[switch], bool):
-            messages.append(
-                Error(
-                    f"REDISLOCK[{switch!r}] must be True or False, not {config[switch]!r}.",
-                    obj="settings.REDISLOCK",
-                    id="redislock.E010",
-                )
-            )
-    families = config["METRICS_FAMILIES"]
-    if isinstance(families, bool) or not isinstance(families, int) or families < 1:
-        messages.append(
-            Error(
-                f"REDISLOCK['METRICS_FAMILIES'] must be a whole number >= 1, not {families!r}.",
-                hint="It caps the distinct lock families labelling metrics, e.g. 200.",
-                obj="settings.REDISLOCK",
-                id="redislock.E011",
-            )
-        )
+    for switch, check_id in (("REENTRANT", "E008"), ("METRICS", "E010"), ("TRACING", "E010")):
+        messages += _switch_problem(config, switch, check_id)
+    messages += _count_problem(
+        config,
+        "VIEW_UNAVAILABLE_RETRY_AFTER",
+        "E009",
+        unit="a whole number of seconds",
+        hint="It is the Retry-After of lock_view's 503, e.g. 5.",
+    )
+    messages += _count_problem(
+        config,
+        "METRICS_FAMILIES",
+        "E011",
+        unit="a whole number",
+        hint="It caps the distinct lock families labelling metrics, e.g. 200.",
+    )
     prefix = config["KEY_PREFIX"]
     if not isinstance(prefix, str) or not prefix or "{" in prefix or "}" in prefix:
         messages.append(

@@ -143,9 +143,11 @@ def unsubscribe(consumer: Consumer) -> None:
         _consumers = tuple(c for c in _consumers if c != consumer)
 
 
-def consumers() -> tuple[Consumer, ...]:
-    """The consumers subscribed now, in the order they are called."""
-    return _consumers
+def wanted(event_type: str, sender: Any) -> bool:
+    """True when an event of ``event_type`` about a lock of class ``sender`` has a reader:
+    a consumer, or a receiver of its signal. Asked before an event is built, so a process
+    that listens to nothing pays a look-up per outcome, not an object."""
+    return bool(_consumers) or signals.listened(event_type, sender)
 
 
 def emit(event: LockEvent) -> None:
@@ -226,7 +228,6 @@ __all__ = [
     "TIMED_OUT",
     "TYPES",
     "LockEvent",
-    "consumers",
     "emit",
     "family_of",
     "known_families",
@@ -234,4 +235,5 @@ __all__ = [
     "subscribe",
     "unsubscribe",
     "validate_metrics_name",
+    "wanted",
 ]

@@ -1,224 +1,40 @@
-"""Looking at held locks from outside: what the admin page and the command use."""
+"""Looking at held locks from outside: what the admin page and the command use. Listing
+and force-release here; who holds one lock (``LockInfo``, ``lock_info``) in :mod:`.info`,
+whose names this module also offers."""
 
 from __future__ import annotations
 
-import datetime as dt
 import re
 import time
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from redis.exceptions import RedisError
 
-from . import drivers, events, registry
+from . import events, registry
 from .conf import get_config
 from .connection import lock_client
-from .exceptions import LockBackendUnavailable, RedisLockError
-from .holder import parse_holder
+from .info import (
+    LockHolder,
+    LockInfo,
+    LockOwner,
+    _alias,
+    _unavailable,
+    alock_info,
+    holder_from_state,
+    info_from_holders,
+    info_from_state,
+    info_of,
+    lock_info,
+    read_info,
+)
 from .keys import LockKeys, name_from_key, validate_prefix
-from .kinds import Holders, HolderState, Operation
+from .kinds import Operation
 from .kinds.holders import key_type
 from .kinds.operation import text
-from .steps import Send, Step
 from .transports import wire
-from .transports.base import is_unreachable
 from .transports.single import SingleNode
-
-
-@dataclass(frozen=True)
-class LockOwner:
-    """Where the holder runs."""
-
-    host: str
-    pid: int | None
-    thread: str
-
-    def __str__(self) -> str:
-        pid = "?" if self.pid is None else self.pid
-        return f"{self.host}:{pid}/{self.thread}" if self.thread else f"{self.host}:{pid}"
-
-
-@dataclass(frozen=True)
-class LockHolder:
-    """One holder of a lock: a mutex has one, a semaphore one per permit held."""
-
-    host: str
-    pid: int | None
-    thread: str
-    #: What the holder guards: a view's dotted path, ``manage.py <command>``, a function.
-    purpose: str
-    acquired_at: dt.datetime | None
-    #: Seconds of TTL left on this holder's lease (``None``: no TTL, which ours never lack).
-    ttl: float | None
-    fence: int | None
-    watchdog: bool
-    #: The holder's token: what a token-checked force-release needs. Treat as a secret.
-    token: str
-
-    @property
-    def owner(self) -> LockOwner:
-        """Where the holder runs."""
-        return LockOwner(self.host, self.pid, self.thread)
-
-    @property
-    def short_token(self) -> str:
-        """The first characters of the token: enough to tell holders apart."""
-        return self.token[:6] + "…"
-
-
-@dataclass(frozen=True)
-class LockInfo:
-    """One held lock, as read from Redis.
-
-    ``holders`` lists every holder (one for a mutex, one per permit for a semaphore);
-    the single-holder fields (``owner``, ``purpose``, ``ttl``, ``fence``, ``token``...)
-    describe the first of them, the one that has held longest.
-    """
-
-    name: str
-    key: str
-    #: Seconds of TTL left (``None`` if the key has no TTL, which our locks never do).
-    ttl: float | None
-    owner: LockOwner
-    #: What the lock guards: a view's dotted path, ``manage.py <command>``, a function.
-    purpose: str
-    acquired_at: dt.datetime | None
-    fence: int | None
-    watchdog: bool
-    connection: str
-    #: The holder's token: what a token-checked force-release needs. Treat as a secret.
-    token: str
-    #: The kind's name in the registry: ``"lock"``, ``"semaphore"``...
-    kind: str = "lock"
-    #: Every holder, longest-held first.
-    holders: tuple[LockHolder, ...] = ()
-    #: How many holders the kind allows at once, when it says (semaphores); else ``None``.
-    limit: int | None = None
-
-    @property
-    def holders_text(self) -> str:
-        """How many hold it: ``1``, or ``2 of 3`` where the kind has a limit."""
-        count = len(self.holders)
-        return str(count) if self.limit is None else f"{count} of {self.limit}"
-
-    @property
-    def short_token(self) -> str:
-        """The first characters of the token: enough to tell holders apart."""
-        return self.token[:6] + "…"
-
-
-def holder_from_state(state: HolderState) -> LockHolder:
-    """A :class:`LockHolder` from a holder read by a script (``read_holder``, a busy acquire)."""
-    fields = parse_holder(state.description) if state.description else {}
-    pid = fields.get("pid", "")
-    stamp = fields.get("acquired_at", "")
-    try:
-        acquired = dt.datetime.fromtimestamp(float(stamp), tz=dt.timezone.utc) if stamp else None
-    except ValueError:
-        acquired = None
-    return LockHolder(
-        host=fields.get("host", ""),
-        pid=int(pid) if pid.isdigit() else None,
-        thread=fields.get("thread", ""),
-        purpose=fields.get("purpose", ""),
-        acquired_at=acquired,
-        ttl=None if state.pttl_ms < 0 else state.pttl_ms / 1000,
-        fence=state.fence or None,
-        watchdog=fields.get("watchdog") == "1",
-        token=state.token,
-    )
-
-
-def info_from_holders(
-    name: str,
-    key: str,
-    holders: Sequence[LockHolder],
-    alias: str,
-    *,
-    kind: str = "lock",
-    limit: int | None = None,
-) -> LockInfo:
-    """A :class:`LockInfo` of ``holders`` (at least one), longest-held first."""
-    first = holders[0]
-    return LockInfo(
-        name=name,
-        key=key,
-        ttl=first.ttl,
-        owner=first.owner,
-        purpose=first.purpose,
-        acquired_at=first.acquired_at,
-        fence=first.fence,
-        watchdog=first.watchdog,
-        connection=alias,
-        token=first.token,
-        kind=kind,
-        holders=tuple(holders),
-        limit=limit,
-    )
-
-
-def info_from_state(name: str, key: str, state: HolderState, alias: str) -> LockInfo:
-    """A :class:`LockInfo` of a mutex from its holder as read by a script."""
-    return info_from_holders(name, key, [holder_from_state(state)], alias)
-
-
-def _alias(connection: str | None) -> str:
-    return get_config()["CONNECTION"] if connection is None else connection
-
-
-def _unavailable(alias: str, name: str | None, exc: BaseException) -> RedisLockError:
-    if is_unreachable(exc):
-        return LockBackendUnavailable(
-            f"Redis of connection {alias!r} is unavailable: {exc}", lock_name=name, aliases=[alias]
-        )
-    return RedisLockError(f"Redis of connection {alias!r} refused a command: {exc}", lock_name=name)
-
-
-def lock_info(name: str, *, connection: str | None = None) -> LockInfo | None:
-    """What Redis says about lock ``name`` right now, or ``None`` if nobody holds it."""
-    return drivers.run(read_info(name, connection))
-
-
-async def alock_info(name: str, *, connection: str | None = None) -> LockInfo | None:
-    """Async twin of :func:`lock_info`."""
-    return await drivers.arun(read_info(name, connection))
-
-
-def read_info(name: str, connection: str | None) -> Generator[Step, Any, LockInfo | None]:
-    """:func:`lock_info` as steps, for either driver: the name's kind (its key's Redis
-    type) and the default kind's holders in one round trip; another kind's holders in a
-    second one."""
-    default = registry.kind()
-    keys = default.keys(name)
-    alias = _alias(connection)
-    node = SingleNode(alias)
-    found, holders = yield Send(
-        node, "call_many", ([key_type(keys.key), default.operations(keys).read_holders()],)
-    )
-    if isinstance(found, Exception):
-        raise _unavailable(alias, name, found) from found
-    kind = registry.kind_of_type(found)
-    if kind is None:  # not held (or a key of no kind of ours)
-        return None
-    if kind is not default:
-        try:
-            holders = yield Send(node, "call", (kind.operations(keys).read_holders(),))
-        except RedisError as exc:
-            raise _unavailable(alias, name, exc) from exc
-    elif isinstance(holders, Exception):
-        raise _unavailable(alias, name, holders) from holders
-    return info_of(name, keys.key, kind.name, holders, alias)
-
-
-def info_of(name: str, key: str, kind: str, holders: Holders, alias: str) -> LockInfo | None:
-    """The :class:`LockInfo` of a kind's holder read, or ``None`` when nobody holds it."""
-    if not holders.states:
-        return None
-    records = [holder_from_state(state) for state in holders.states]
-    kind = holders.kind or kind  # a read-write lock says whether it is read or written
-    return info_from_holders(name, key, records, alias, kind=kind, limit=holders.limit)
-
 
 # -- force-release ------------------------------------------------------------
 
@@ -538,3 +354,31 @@ def scan_page(
             break
         step = _next_count(step, len(raw_keys), page_size - len(infos))
     return infos, _format_cursor(index, position, len(nodes))
+
+
+__all__ = [
+    "CHANGED_HANDS",
+    "MAX_SCAN_COUNT",
+    "MIN_SCAN_COUNT",
+    "NOT_HELD",
+    "RELEASED",
+    "LockHolder",
+    "LockInfo",
+    "LockOwner",
+    "ReleaseResult",
+    "alock_info",
+    "force_release",
+    "force_release_holder",
+    "glob_escape",
+    "held_locks",
+    "holder_from_state",
+    "info_from_holders",
+    "info_from_state",
+    "info_of",
+    "is_glob",
+    "lock_info",
+    "lock_key_pattern",
+    "read_info",
+    "scan_page",
+    "search_pattern",
+]

@@ -39,12 +39,13 @@ from .keys import validate_seconds
 from .kinds import Mutex
 from .kinds.holders import key_type
 from .transports.base import WrongKind
+from .transports.drift import clock_drift, minimum_ttl, validity_of
 from .transports.nodes import (
     Deadlines,
     majority_holder,
     validate_connections,
 )
-from .transports.quorum import Quorum, clock_drift, minimum_ttl, validity_of
+from .transports.quorum import Quorum
 from .transports.single import SingleNode
 
 #: Default per-node timeout: this fraction of the TTL, clamped to the bounds below.

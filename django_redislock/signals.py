@@ -49,6 +49,12 @@ _FAILED_REASONS = {
 }
 
 
+def listened(event_type: str, sender: Any) -> bool:
+    """True when the signal sent for ``event_type`` has a receiver for ``sender``."""
+    signal = _SIGNAL_OF.get(event_type)
+    return signal is not None and signal.has_listeners(sender)
+
+
 def deliver(event: Any) -> None:
     """Send the signal for one engine event (:class:`~django_redislock.events.LockEvent`):
     the signals are a consumer of the event stream, sent first."""
@@ -97,4 +103,13 @@ _signal_names = {
     id(lock_lost): "lock_lost",
     id(lock_force_released): "lock_force_released",
     id(lock_acquire_failed): "lock_acquire_failed",
+}
+
+#: The signal each event type is sent as.
+_SIGNAL_OF = {
+    "acquired": lock_acquired,
+    "released": lock_released,
+    "lost": lock_lost,
+    "force_released": lock_force_released,
+    **dict.fromkeys(_FAILED_REASONS, lock_acquire_failed),
 }

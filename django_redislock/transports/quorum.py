@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import random
 import secrets
 from collections.abc import Generator, Hashable, Sequence
@@ -37,6 +36,7 @@ from ..scripts import ACQUIRE, READ_HOLDER, RELEASE
 from ..steps import Send, Step
 from . import exchange as sync_exchange
 from .base import WrongKind, wrong_kind
+from .drift import validity_of
 from .nodes import (
     AsyncExchange,
     Deadlines,
@@ -50,27 +50,6 @@ from .nodes import (
 
 logger = logging.getLogger("django_redislock.redlock")
 acquire_logger = logging.getLogger("django_redislock.acquire")
-
-
-#: validity = ttl - elapsed - (ttl * DRIFT_FACTOR + DRIFT_FIXED)
-DRIFT_FACTOR = 0.01
-DRIFT_FIXED = 0.002
-
-
-def minimum_ttl() -> float:
-    """The shortest TTL (whole milliseconds) whose majority grant can be valid at all: at
-    or below ``DRIFT_FIXED / (1 - DRIFT_FACTOR)`` the drift margin eats the whole TTL."""
-    return (math.floor(DRIFT_FIXED / (1 - DRIFT_FACTOR) * 1000) + 1) / 1000
-
-
-def clock_drift(ttl: float) -> float:
-    """Seconds of clock drift allowed for a lock of ``ttl`` seconds."""
-    return ttl * DRIFT_FACTOR + DRIFT_FIXED
-
-
-def validity_of(seconds: float) -> float:
-    """How long a majority's grant (or renewal) of ``seconds`` may be trusted."""
-    return seconds - clock_drift(seconds)
 
 
 class Quorum:
@@ -510,4 +489,4 @@ def too_few_answered(
     return error
 
 
-__all__ = ["Quorum", "clock_drift", "minimum_ttl", "validity_of"]
+__all__ = ["Quorum"]
