@@ -10,3 +10,10 @@ class RedisLockConfig(AppConfig):
 
     def ready(self) -> None:
         from . import checks  # noqa: F401 - registers the system checks
+        from .conf import get_config
+
+        # Only when asked: off, neither the library nor its import is paid for.
+        if get_config()["METRICS"] is True:
+            from .contrib import prometheus
+
+            prometheus.enable()

@@ -143,6 +143,11 @@ def unsubscribe(consumer: Consumer) -> None:
         _consumers = tuple(c for c in _consumers if c != consumer)
 
 
+def subscribed(consumer: Consumer) -> bool:
+    """True while ``consumer`` is called for every event."""
+    return consumer in _consumers
+
+
 def wanted(event_type: str, sender: Any) -> bool:
     """True when an event of ``event_type`` about a lock of class ``sender`` has a reader:
     a consumer, or a receiver of its signal. Asked before an event is built, so a process
@@ -233,6 +238,7 @@ __all__ = [
     "known_families",
     "reset_families",
     "subscribe",
+    "subscribed",
     "unsubscribe",
     "validate_metrics_name",
     "wanted",

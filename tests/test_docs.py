@@ -41,6 +41,7 @@ MY_PAGES = [
     "docs/migrating-from-cache-lock.md",
     "docs/architecture.md",
     "docs/kinds.md",
+    "docs/observability.md",
 ]
 #: Pages other parts of the project write; a link to one that is missing is reported, not
 #: failed, until it lands.
