@@ -1,5 +1,7 @@
 """Django app configuration."""
 
+import logging
+
 from django.apps import AppConfig
 
 
@@ -17,3 +19,18 @@ class RedisLockConfig(AppConfig):
             from .contrib import prometheus
 
             prometheus.enable()
+        if get_config()["TRACING"] is True:
+            _enable_tracing()
+
+
+def _enable_tracing() -> None:
+    try:
+        from .contrib import otel
+    except ImportError as exc:  # the API absent: tracing is a no-op, said once
+        logging.getLogger("django_redislock").warning(
+            "REDISLOCK['TRACING'] is on but opentelemetry-api cannot be imported (%s): "
+            "locks are not traced. pip install 'django-redislock[otel]'",
+            exc,
+        )
+        return
+    otel.enable()

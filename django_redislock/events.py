@@ -68,6 +68,17 @@ TYPES = frozenset(
     }
 )
 
+#: An acquire's outcome (one per acquire call) -> its ``result`` (a metric label, a span
+#: attribute).
+ACQUIRE_RESULTS = {
+    ACQUIRED: "acquired",
+    TIMED_OUT: "timeout",
+    BUSY: "busy",
+    FAILED: "unavailable",
+    DEADLOCK: "deadlock",
+    CANCELLED: "cancelled",
+}
+
 #: The family past the cap.
 OTHER = "other"
 #: Longest ``metrics_name`` accepted (a label value, not a key).
@@ -220,6 +231,7 @@ def reset_families() -> None:
 
 __all__ = [
     "ACQUIRED",
+    "ACQUIRE_RESULTS",
     "BUSY",
     "CANCELLED",
     "CONTENDED",

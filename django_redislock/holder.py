@@ -7,6 +7,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from functools import cache
 
 
@@ -47,26 +48,36 @@ def held_token(value: str) -> str:
     return value.partition(RECORD_SEPARATOR)[0]
 
 
+#: With tracing on (:mod:`django_redislock.contrib.otel`), the current span's context as
+#: a W3C ``traceparent``, written as the description's last field: a waiter refused by
+#: this holder reads it from the refusal and links its span to ours. ``None``: off.
+trace_field: Callable[[], str] | None = None
+
+
 def holder_description(purpose: str | None, watchdog: bool, ttl_ms: int) -> str:
     """host, pid, thread, purpose, acquired-at, watchdog flag and TTL, in one string.
 
     One string (not one hash field each) keeps the acquire call small and the
     held lock's memory low; :func:`parse_holder` reads it back.
     """
-    return SEPARATOR.join(
-        (
-            hostname(),
-            str(os.getpid()),
-            _plain(current_thread_label()),
-            _plain(purpose or ""),
-            repr(time.time()),
-            "1" if watchdog else "0",
-            str(ttl_ms),
-        )
-    )
+    fields = [
+        hostname(),
+        str(os.getpid()),
+        _plain(current_thread_label()),
+        _plain(purpose or ""),
+        repr(time.time()),
+        "1" if watchdog else "0",
+        str(ttl_ms),
+    ]
+    trace = trace_field
+    if trace is not None:
+        fields.append(_plain(trace()))
+    return SEPARATOR.join(fields)
 
 
-HOLDER_FIELDS = ("host", "pid", "thread", "purpose", "acquired_at", "watchdog", "ttl_ms")
+HOLDER_FIELDS = (
+    "host", "pid", "thread", "purpose", "acquired_at", "watchdog", "ttl_ms", "trace"
+)  # fmt: skip
 
 
 def parse_holder(description: str) -> dict[str, str]:

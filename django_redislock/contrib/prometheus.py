@@ -41,14 +41,7 @@ BUCKETS = (
 )  # fmt: skip
 
 #: An acquire's outcome -> its ``result`` label.
-RESULTS = {
-    events.ACQUIRED: "acquired",
-    events.TIMED_OUT: "timeout",
-    events.BUSY: "busy",
-    events.FAILED: "unavailable",
-    events.DEADLOCK: "deadlock",
-    events.CANCELLED: "cancelled",
-}
+RESULTS = events.ACQUIRE_RESULTS
 
 #: Every metric this module exports: name -> (type, labels).
 METRICS: dict[str, tuple[str, tuple[str, ...]]] = {
