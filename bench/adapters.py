@@ -9,11 +9,12 @@ spawned worker processes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import os
 import select
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -445,6 +446,76 @@ class SignalledOursLock(OursLock):
         self._lock = cls(name, ttl=ttl)
 
 
+class ObservedOursLock(OursLock):
+    """Ours with the metrics (``"metrics"``) or the traces (``"tracing"``) on.
+
+    Both subscribe to the process-wide event stream, so they are switched on only while
+    this lock's cycles are timed (:func:`observing`): the other rows of the same process
+    run with nothing subscribed. Tracing records every span with the SDK and a batch
+    processor whose exporter drops them, so the cost is ours and the SDK's, not an
+    exporter's."""
+
+    def __init__(self, target: Target, name: str, ttl: float, what: str) -> None:
+        super().__init__(target, name, ttl)
+        self._what = what
+
+    def begin(self) -> None:
+        if self._what == "metrics":
+            from django_redislock.contrib import prometheus
+
+            prometheus.enable()
+        else:
+            _install_tracer_provider()
+            from django_redislock.contrib import otel
+
+            otel.enable()
+
+    def end(self) -> None:
+        if self._what == "metrics":
+            from django_redislock.contrib import prometheus
+
+            prometheus.disable()
+        else:
+            from django_redislock.contrib import otel
+
+            otel.disable()
+
+
+def _install_tracer_provider() -> None:
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+    if isinstance(trace.get_tracer_provider(), TracerProvider):
+        return
+
+    class Dropped(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(Dropped()))
+    trace.set_tracer_provider(provider)
+
+
+@contextlib.contextmanager
+def observing(lock: Any) -> Iterator[None]:
+    """Switch on what ``lock`` measures with (``begin`` / ``end``), if anything."""
+    begin = getattr(lock, "begin", None)
+    if begin is None:
+        yield
+        return
+    begin()
+    try:
+        yield
+    finally:
+        lock.end()
+
+
+#: The peers that switch something process-wide on while they run (scenario 1 and 2 rows).
+OBSERVED_PEERS = ("ours-metrics", "ours-tracing")
+
+
 _SIGNALLED: list[type] = []
 
 
@@ -535,6 +606,18 @@ SYNC_PEERS: dict[str, Peer] = {
             "django-redislock Lock, 2 signal receivers",
             lambda t, n, ttl: SignalledOursLock(t, n, ttl),
             ours_skip_reason,
+        ),
+        Peer(
+            "ours-metrics",
+            "django-redislock Lock, METRICS on",
+            lambda t, n, ttl: ObservedOursLock(t, n, ttl, "metrics"),
+            lambda: ours_skip_reason() or _optional("prometheus_client")(),
+        ),
+        Peer(
+            "ours-tracing",
+            "django-redislock Lock, TRACING on (SDK, spans dropped)",
+            lambda t, n, ttl: ObservedOursLock(t, n, ttl, "tracing"),
+            lambda: ours_skip_reason() or _optional("opentelemetry.sdk.trace")(),
         ),
         Peer(
             "ours-semaphore",

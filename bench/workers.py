@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from bench.adapters import SYNC_PEERS, SyncLock, Target, redlock_peers
+from bench.adapters import SYNC_PEERS, SyncLock, Target, observing, redlock_peers
 
 
 @dataclass
@@ -93,10 +93,11 @@ def _threads(
 
     cpu0 = _cpu()
     threads = [threading.Thread(target=body, args=(i,)) for i in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    with observing(locks[0]):
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
     share = (_cpu() - cpu0) / count
     done = [r for r in results if r is not None]
     if len(done) != count:
@@ -129,7 +130,9 @@ def worker_main(conn: Connection, index: int, target: Target) -> None:
             elif kind == "run":
                 _, start_ns, end_ns, hold_s = message
                 assert lock is not None
-                conn.send(("done", _loop(lock, index, start_ns, end_ns, hold_s)))
+                with observing(lock):
+                    result = _loop(lock, index, start_ns, end_ns, hold_s)
+                conn.send(("done", result))
             elif kind == "threads":
                 _, peer_key, name, ttl, count, start_ns, end_ns, hold_s = message
                 conn.send(

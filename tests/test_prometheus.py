@@ -415,3 +415,43 @@ def test_the_docs_consumer_sees_slow_waits() -> None:
         assert ns["slow_waits"] == [("report", 2.5)]
     finally:
         events.unsubscribe(ns["note_slow_waits"])
+
+
+# -- the Grafana dashboard ---------------------------------------------------------------------
+
+DASHBOARD = ROOT / "docs/grafana/django-redislock.json"
+
+
+def _queries() -> list[tuple[str, str]]:
+    import json
+
+    dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    found = [(p["title"], t["expr"]) for p in dashboard["panels"] for t in p["targets"]]
+    for variable in dashboard["templating"]["list"]:
+        query = variable.get("query")
+        if isinstance(query, dict):
+            found.append((f"variable {variable['name']}", query["query"]))
+    return found
+
+
+def test_every_metric_the_dashboard_queries_is_exported_with_its_labels(metrics: None) -> None:
+    import re
+
+    from prometheus_client import generate_latest
+
+    script(*KINDS["lock"], "pm-dashboard:1")  # every outcome once, the loss included
+    labels: dict[str, set[str]] = {}
+    for (sample, sample_labels), _ in _samples(generate_latest(REGISTRY).decode()).items():
+        labels.setdefault(sample, set()).update(key for key, _ in sample_labels)
+    queries = _queries()
+    assert len(queries) >= 12
+    for title, expr in queries:
+        names = re.findall(r"\b(redislock_[a-z_]+)", expr)
+        assert names, (title, expr)
+        used = set(re.findall(r"(?:by|without) \(([^)]*)\)", expr))
+        used = {label.strip() for group in used for label in group.split(",")}
+        used |= set(re.findall(r"([a-z_]+)\s*=~?\s*\"", expr))
+        used |= set(re.findall(r"label_values\([^,]+,\s*([a-z_]+)\)", expr))
+        for name in names:
+            assert name in labels, f"panel {title!r} queries {name}, which nothing exports"
+            assert used <= labels[name] | {"le"}, (title, name, used - labels[name])

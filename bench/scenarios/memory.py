@@ -6,7 +6,7 @@ import time
 
 import redis
 
-from bench.adapters import SYNC_PEERS, Peer, SyncLock
+from bench.adapters import OBSERVED_PEERS, SYNC_PEERS, Peer, SyncLock
 from bench.context import Context
 from bench.report import Section, Table
 from bench.stats import fmt
@@ -75,7 +75,8 @@ def run(ctx: Context) -> Section:
             ["bare SET NX PX key, 16-byte value", fmt(bare_held), "1.00x", fmt(bare_left)]
         )
         for peer in SYNC_PEERS.values():
-            if peer.key in ("redis-py-0.001", "ours-signals") or not peer.exclusive:
+            repeated = ("redis-py-0.001", "ours-signals", *OBSERVED_PEERS)
+            if peer.key in repeated or not peer.exclusive:
                 continue  # same keys as another row (a reader's are a writer's)
             reason = peer.skip()
             if reason:

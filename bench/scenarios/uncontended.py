@@ -6,7 +6,15 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
-from bench.adapters import ASYNC_PEERS, SYNC_PEERS, AsyncPeer, Peer, Target, time_async_cycles
+from bench.adapters import (
+    ASYNC_PEERS,
+    SYNC_PEERS,
+    AsyncPeer,
+    Peer,
+    Target,
+    observing,
+    time_async_cycles,
+)
 from bench.context import Context
 from bench.report import Section, Table
 from bench.stats import fmt, median
@@ -27,15 +35,16 @@ class ModeResult:
 
 def _time_sync(peer: Peer, target: Target, cycles: int, warmup: int) -> float:
     lock = peer.build(target, f"bench:s1:{peer.key}", TTL)
-    for _ in range(warmup):
-        lock.acquire(blocking=False)
-        lock.release()
-    start = time.perf_counter_ns()
-    for _ in range(cycles):
-        if not lock.acquire(blocking=False):
-            raise RuntimeError(f"{peer.key}: uncontended acquire failed")
-        lock.release()
-    return (time.perf_counter_ns() - start) / cycles / 1000
+    with observing(lock):
+        for _ in range(warmup):
+            lock.acquire(blocking=False)
+            lock.release()
+        start = time.perf_counter_ns()
+        for _ in range(cycles):
+            if not lock.acquire(blocking=False):
+                raise RuntimeError(f"{peer.key}: uncontended acquire failed")
+            lock.release()
+        return (time.perf_counter_ns() - start) / cycles / 1000
 
 
 async def _time_async(peer: AsyncPeer, target: Target, cycles: int, warmup: int) -> float:
