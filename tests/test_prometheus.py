@@ -269,8 +269,7 @@ def test_off_nothing_is_imported_by_the_package_or_a_lock_cycle() -> None:
 
 def test_on_the_app_counts_from_startup() -> None:
     done = _python(
-        CYCLE % "True"
-        + ";from prometheus_client import REGISTRY;"
+        CYCLE % "True" + ";from prometheus_client import REGISTRY;"
         "print(REGISTRY.get_sample_value('redislock_acquisitions_total',"
         " {'kind': 'lock', 'family': 'pm-subprocess', 'result': 'acquired'}))"
     )
