@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +17,10 @@ import pytest
 from prometheus_client import REGISTRY, generate_latest
 
 from django_redislock import Lock, LockNotOwned, Semaphore, force_release
-from django_redislock.contrib import prometheus
 from tests.support.browser import MISSING, available, headless_chromium
 from tests.support.dashboard_picture import evaluate, render
 from tests.support.polling import wait_until
-from tests.test_prometheus import DASHBOARD, _samples
+from tests.test_prometheus import DASHBOARD, _samples, metrics  # noqa: F401 (the fixture)
 
 ROOT = Path(__file__).resolve().parent.parent
 PICTURE = (
@@ -30,15 +28,6 @@ PICTURE = (
     if os.environ.get("REDISLOCK_UPDATE_SCREENSHOTS") == "1"
     else Path(tempfile.gettempdir()) / "grafana-dashboard.png"
 )
-
-
-@pytest.fixture
-def metrics() -> Iterator[None]:
-    was_on = prometheus.enabled()
-    prometheus.enable()
-    yield
-    if not was_on:
-        prometheus.disable()
 
 
 def workload() -> None:
@@ -69,7 +58,8 @@ def workload() -> None:
         sync.release()
 
 
-def test_the_evaluator_matches_the_scrape(metrics: None) -> None:
+@pytest.mark.usefixtures("metrics")
+def test_the_evaluator_matches_the_scrape() -> None:
     workload()
     samples = _samples(generate_latest(REGISTRY).decode())
     by_result = evaluate(
@@ -91,7 +81,8 @@ def test_the_evaluator_matches_the_scrape(metrics: None) -> None:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not available(), reason=MISSING)
-def test_the_dashboard_picture(metrics: None, tmp_path: Path) -> None:
+@pytest.mark.usefixtures("metrics")
+def test_the_dashboard_picture(tmp_path: Path) -> None:
     from selenium.webdriver.common.by import By
 
     workload()

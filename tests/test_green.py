@@ -15,11 +15,9 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -42,6 +40,7 @@ from tests.support.celery_runs import (
     worker_env,
 )
 from tests.support.fencing_workers import create_database
+from tests.support.gunicorn import get, gunicorn
 from tests.support.plugin import URL_ENV
 from tests.support.polling import wait_until
 
@@ -204,50 +203,19 @@ def test_locked_task_on_a_green_pool(
 
 
 @pytest.fixture
-def gunicorn_gevent(tmp_path: Path) -> Iterator[str]:
+def gunicorn_gevent() -> Iterator[str]:
     """``gunicorn -k gevent``, 2 workers, serving ``tests.support.green_site``."""
-    from django_redislock.testing.servers import _free_port
-
-    port = _free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable, "-m", "gunicorn", "-k", "gevent", "-w", "2",
-            "--worker-connections", "100", "-b", f"127.0.0.1:{port}",
-            "--log-level", "warning", "django.core.wsgi:get_wsgi_application()",
-        ],
-        cwd=ROOT,
+    with gunicorn(
+        "-k", "gevent", "-w", "2", "--worker-connections", "100",
         env=_env(DJANGO_SETTINGS_MODULE="tests.support.green_site"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        assert wait_until(lambda: _get(url + "/counter/", quiet=True) is not None, 60)
+        ready="/counter/",
+    ) as url:  # fmt: skip
         yield url
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            output, _ = proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            output, _ = proc.communicate()
-        assert "Traceback" not in output, output[-3000:]
-
-
-def _get(url: str, quiet: bool = False) -> str | None:
-    try:
-        with urllib.request.urlopen(url, timeout=60) as response:
-            return str(response.read().decode())
-    except OSError:
-        if quiet:
-            return None
-        raise
 
 
 def _requests(url: str, count: int) -> list[str | None]:
     with ThreadPoolExecutor(16) as pool:
-        return list(pool.map(_get, [url] * count))
+        return list(pool.map(get, [url] * count))
 
 
 def test_lock_view_under_gunicorn_gevent(gunicorn_gevent: str) -> None:

@@ -21,6 +21,7 @@ from django_redislock import Election, Lock, LockNotOwned, events
 from django_redislock.contrib import prometheus
 from django_redislock.events import LockEvent
 from tests.support.docs_examples import examples, run_example
+from tests.support.gunicorn import get, gunicorn
 from tests.support.polling import wait_until
 from tests.test_event_stream import KINDS, TTL, ascript, script
 from tests.test_redlock import cluster  # noqa: F401 (the fixture)
@@ -288,55 +289,18 @@ def test_on_without_prometheus_client_says_which_extra_to_install() -> None:
 
 @pytest.fixture
 def gunicorn_site(tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    from django_redislock.testing.servers import _free_port
-
-    port = _free_port()
     multiproc = tmp_path / "prometheus"
     multiproc.mkdir()
     config = tmp_path / "gunicorn.conf.py"  # the docs' child_exit, as a user copies it
     config.write_text(examples(DOCS)["gunicorn-config"].code)
-    proc = subprocess.Popen(
-        [
-            sys.executable, "-m", "gunicorn", "-w", "2", "--threads", "4",
-            "-c", str(config),
-            "-b", f"127.0.0.1:{port}", "--log-level", "warning",
-            "django.core.wsgi:get_wsgi_application()",
-        ],
-        cwd=ROOT,
-        env={
-            **os.environ,
-            "PYTHONPATH": str(ROOT),
-            "DJANGO_SETTINGS_MODULE": "tests.support.metrics_site",
-            "PROMETHEUS_MULTIPROC_DIR": str(multiproc),
-        },
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        assert wait_until(lambda: _get(url + "/metrics", quiet=True) is not None, 60)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "DJANGO_SETTINGS_MODULE": "tests.support.metrics_site",
+        "PROMETHEUS_MULTIPROC_DIR": str(multiproc),
+    }
+    with gunicorn("-w", "2", "--threads", "4", "-c", str(config), env=env, ready="/metrics") as url:
         yield url, multiproc
-    finally:
-        proc.terminate()
-        try:
-            output, _ = proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            output, _ = proc.communicate()
-        assert "Traceback" not in output, output[-3000:]
-
-
-def _get(url: str, quiet: bool = False) -> str | None:
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(url, timeout=60) as response:
-            return str(response.read().decode())
-    except OSError:
-        if quiet:
-            return None
-        raise
 
 
 def _samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
@@ -358,7 +322,7 @@ def test_metrics_add_up_to_the_requests_served_by_two_gunicorn_workers(
     url, multiproc = gunicorn_site
     requests = 60
     with ThreadPoolExecutor(12) as pool:
-        answers = list(pool.map(_get, [url + "/report/"] * requests))
+        answers = list(pool.map(get, [url + "/report/"] * requests))
     assert answers == ["done"] * requests
     family = {("kind", "lock"), ("family", "metrics-site")}
 
@@ -366,7 +330,7 @@ def test_metrics_add_up_to_the_requests_served_by_two_gunicorn_workers(
         key = (name, frozenset(family | set(labels.items())))
         return _samples(text).get(key, 0.0)
 
-    ours = _get(url + "/metrics") or ""
+    ours = get(url + "/metrics") or ""
     assert of(ours, "redislock_acquisitions_total", result="acquired") == requests
     assert of(ours, "redislock_wait_seconds_count", result="acquired") == requests
     assert of(ours, "redislock_hold_seconds_count") == requests
@@ -379,7 +343,7 @@ def test_metrics_add_up_to_the_requests_served_by_two_gunicorn_workers(
     pids = {path.stem.rsplit("_", 1)[-1] for path in multiproc.glob("counter_*.db")}
     assert len(pids) == 2, pids
     # django-prometheus's own endpoint serves the same registry, beside its metrics.
-    theirs = _get(url + "/django-metrics") or ""
+    theirs = get(url + "/django-metrics") or ""
     assert of(theirs, "redislock_acquisitions_total", result="acquired") == requests
     assert "django_http_requests_total_by_method_total" in theirs
 
