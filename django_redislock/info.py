@@ -1,5 +1,6 @@
-"""Who holds a lock: ``LockInfo`` and its holders, and the reads that fill them (any kind,
-through the registry). :mod:`.inspection` builds listing and force-release on it."""
+"""Who holds a lock and who waits for it: ``LockInfo``, its holders and waiters, and the
+reads that fill them (any kind, through the registry). :mod:`.inspection` builds listing
+and force-release on it."""
 
 from __future__ import annotations
 
@@ -8,14 +9,12 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from redis.exceptions import RedisError
-
 from . import drivers, registry
 from .conf import get_config
 from .exceptions import LockBackendUnavailable, RedisLockError
 from .holder import parse_holder
-from .kinds import Holders, HolderState
-from .kinds.holders import key_type
+from .kinds import Holders, HolderState, Operation
+from .kinds.holders import WaiterState, key_type
 from .steps import Send, Step
 from .transports.base import is_unreachable
 from .transports.single import SingleNode
@@ -63,6 +62,29 @@ class LockHolder:
 
 
 @dataclass(frozen=True)
+class LockWaiter:
+    """One waiter for a lock, as its kind's line records it."""
+
+    host: str
+    pid: int | None
+    thread: str
+    #: What it would guard: a view's dotted path, ``manage.py <command>``, a function.
+    purpose: str
+    #: The kind it waits as: the lock's, or ``"read"`` / ``"write"`` for a read-write lock.
+    kind: str
+    #: When it began to wait (aware, UTC): by its own clock for a ``Lock``'s waiter, by
+    #: the server's for a semaphore's or read-write lock's.
+    waiting_since: dt.datetime
+    #: The first characters of its token: enough to tell waiters apart.
+    short_token: str
+
+    @property
+    def owner(self) -> LockOwner:
+        """Where the waiter runs."""
+        return LockOwner(self.host, self.pid, self.thread)
+
+
+@dataclass(frozen=True)
 class LockInfo:
     """One held lock, as read from Redis.
 
@@ -90,6 +112,13 @@ class LockInfo:
     holders: tuple[LockHolder, ...] = ()
     #: How many holders the kind allows at once, when it says (semaphores); else ``None``.
     limit: int | None = None
+    #: Who waits for it, longest waiting first.
+    waiters: tuple[LockWaiter, ...] = ()
+
+    @property
+    def waiting(self) -> int:
+        """How many wait for it."""
+        return len(self.waiters)
 
     @property
     def holders_text(self) -> str:
@@ -125,6 +154,22 @@ def holder_from_state(state: HolderState) -> LockHolder:
     )
 
 
+def waiter_from_state(state: WaiterState, kind: str) -> LockWaiter:
+    """A :class:`LockWaiter` from a waiter read by a kind (``kind``: the lock's, unless
+    the record names the side it waits for)."""
+    fields = parse_holder(state.description) if state.description else {}
+    pid = fields.get("pid", "")
+    return LockWaiter(
+        host=fields.get("host", ""),
+        pid=int(pid) if pid.isdigit() else None,
+        thread=fields.get("thread", ""),
+        purpose=fields.get("purpose", ""),
+        kind=state.kind or kind,
+        waiting_since=dt.datetime.fromtimestamp(state.since, tz=dt.timezone.utc),
+        short_token=state.token[:6] + "…",
+    )
+
+
 def info_from_holders(
     name: str,
     key: str,
@@ -133,6 +178,7 @@ def info_from_holders(
     *,
     kind: str = "lock",
     limit: int | None = None,
+    waiters: Sequence[LockWaiter] = (),
 ) -> LockInfo:
     """A :class:`LockInfo` of ``holders`` (at least one), longest-held first."""
     first = holders[0]
@@ -150,6 +196,7 @@ def info_from_holders(
         kind=kind,
         holders=tuple(holders),
         limit=limit,
+        waiters=tuple(waiters),
     )
 
 
@@ -180,45 +227,70 @@ async def alock_info(name: str, *, connection: str | None = None) -> LockInfo | 
     return await drivers.arun(read_info(name, connection))
 
 
+def reads_of(kind: Any, keys: Any) -> list[Operation]:
+    """The reads of one lock of ``kind``: its holders, and its waiters when the kind can
+    say (``read_waiters``); sent together, in one round trip."""
+    ops = kind.operations(keys)
+    read_waiters = getattr(ops, "read_waiters", None)
+    reads = [ops.read_holders()]
+    if read_waiters is not None:
+        reads.append(read_waiters())
+    return reads
+
+
 def read_info(name: str, connection: str | None) -> Generator[Step, Any, LockInfo | None]:
     """:func:`lock_info` as steps, for either driver: the name's kind (its key's Redis
-    type) and the default kind's holders in one round trip; another kind's holders in a
-    second one."""
+    type) and the default kind's holders and waiters in one round trip; another kind's
+    in a second one."""
     default = registry.kind()
     keys = default.keys(name)
     alias = _alias(connection)
     node = SingleNode(alias)
-    found, holders = yield Send(
-        node, "call_many", ([key_type(keys.key), default.operations(keys).read_holders()],)
-    )
+    reads = [key_type(keys.key), *reads_of(default, keys)]
+    found, *replies = yield Send(node, "call_many", (reads,))
     if isinstance(found, Exception):
         raise _unavailable(alias, name, found) from found
     kind = registry.kind_of_type(found)
     if kind is None:  # not held (or a key of no kind of ours)
         return None
     if kind is not default:
-        try:
-            holders = yield Send(node, "call", (kind.operations(keys).read_holders(),))
-        except RedisError as exc:
-            raise _unavailable(alias, name, exc) from exc
-    elif isinstance(holders, Exception):
-        raise _unavailable(alias, name, holders) from holders
-    return info_of(name, keys.key, kind.name, holders, alias)
+        replies = yield Send(node, "call_many", (reads_of(kind, keys),))
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise _unavailable(alias, name, reply) from reply
+    holders, waiters = replies[0], (replies[1] if len(replies) > 1 else ())
+    return info_of(name, keys.key, kind.name, holders, alias, waiters)
 
 
-def info_of(name: str, key: str, kind: str, holders: Holders, alias: str) -> LockInfo | None:
-    """The :class:`LockInfo` of a kind's holder read, or ``None`` when nobody holds it."""
+def info_of(
+    name: str,
+    key: str,
+    kind: str,
+    holders: Holders,
+    alias: str,
+    waiters: Sequence[WaiterState] = (),
+) -> LockInfo | None:
+    """The :class:`LockInfo` of a kind's holder (and waiter) read, or ``None`` when
+    nobody holds it."""
     if not holders.states:
         return None
     records = [holder_from_state(state) for state in holders.states]
-    kind = holders.kind or kind  # a read-write lock says whether it is read or written
-    return info_from_holders(name, key, records, alias, kind=kind, limit=holders.limit)
+    shown = holders.kind or kind  # a read-write lock says whether it is read or written
+    waiting = sorted((waiter_from_state(w, kind) for w in waiters), key=_longest_first)
+    return info_from_holders(
+        name, key, records, alias, kind=shown, limit=holders.limit, waiters=waiting
+    )
+
+
+def _longest_first(waiter: LockWaiter) -> tuple[dt.datetime, str]:
+    return waiter.waiting_since, waiter.short_token
 
 
 __all__ = [
     "LockHolder",
     "LockInfo",
     "LockOwner",
+    "LockWaiter",
     "alock_info",
     "holder_from_state",
     "info_from_holders",
@@ -226,4 +298,6 @@ __all__ = [
     "info_of",
     "lock_info",
     "read_info",
+    "reads_of",
+    "waiter_from_state",
 ]

@@ -19,6 +19,7 @@ from .info import (
     LockHolder,
     LockInfo,
     LockOwner,
+    LockWaiter,
     _alias,
     _unavailable,
     alock_info,
@@ -28,6 +29,7 @@ from .info import (
     info_of,
     lock_info,
     read_info,
+    reads_of,
 )
 from .keys import LockKeys, name_from_key, validate_prefix
 from .kinds import Operation
@@ -210,8 +212,8 @@ def _next_count(count: int, found: int, wanted: int) -> int:
 
 
 def _read_batch(client: Any, raw_keys: list[Any], alias: str) -> list[LockInfo]:
-    """The holders of a batch of lock keys: each key's kind and the default kind's holders
-    in one round trip; the holders of other kinds' locks in a second one."""
+    """The holders and waiters of a batch of lock keys: each key's kind and the default
+    kind's reads in one round trip; the reads of other kinds' locks in a second one."""
     default = registry.kind()
     prefix = get_config()["KEY_PREFIX"]
     found: list[tuple[str, LockKeys]] = []
@@ -221,25 +223,34 @@ def _read_batch(client: Any, raw_keys: list[Any], alias: str) -> list[LockInfo]:
             found.append((name, default.keys(name)))
     if not found:
         return []
-    reads = [
-        op
-        for _, keys in found
-        for op in (key_type(keys.key), default.operations(keys).read_holders())
-    ]
-    replies = wire.run_batch(client, reads)
-    kinds = [registry.kind_of_type(text(_raised(reply))) for reply in replies[::2]]
-    holders: list[Any] = [
-        reads[2 * i + 1].parse(_raised(replies[2 * i + 1])) if kind is default else None
-        for i, kind in enumerate(kinds)
-    ]
+    per_lock = [reads_of(default, keys) for _, keys in found]
+    ops = [op for _, keys in found for op in (key_type(keys.key),)]
+    reads = [op for reads in per_lock for op in reads]
+    replies = wire.run_batch(client, ops + reads)
+    kinds = [registry.kind_of_type(text(_raised(reply))) for reply in replies[: len(ops)]]
+    parsed: list[list[Any] | None] = []
+    at = len(ops)
+    for kind, lock_reads in zip(kinds, per_lock, strict=True):
+        mine = replies[at : at + len(lock_reads)]
+        at += len(lock_reads)
+        parsed.append(
+            [op.parse(_raised(r)) for op, r in zip(lock_reads, mine, strict=True)]
+            if kind is default
+            else None
+        )
     others = [i for i, kind in enumerate(kinds) if kind is not None and kind is not default]
     if others:
-        ops = [kinds[i].operations(found[i][1]).read_holders() for i in others]  # type: ignore[union-attr]
-        for i, op, reply in zip(others, ops, wire.run_batch(client, ops), strict=True):
-            holders[i] = op.parse(_raised(reply))
+        other_reads = [reads_of(kinds[i], found[i][1]) for i in others]
+        flat = [op for reads in other_reads for op in reads]
+        other_replies = iter(wire.run_batch(client, flat))
+        for i, lock_reads in zip(others, other_reads, strict=True):
+            parsed[i] = [op.parse(_raised(next(other_replies))) for op in lock_reads]
     infos = []
-    for (name, keys), kind, read in zip(found, kinds, holders, strict=True):
-        info = None if kind is None else info_of(name, keys.key, kind.name, read, alias)
+    for (name, keys), kind, read in zip(found, kinds, parsed, strict=True):
+        if kind is None or read is None:
+            continue
+        waiters = read[1] if len(read) > 1 else ()
+        info = info_of(name, keys.key, kind.name, read[0], alias, waiters)
         if info is not None:  # expired or released since the SCAN
             infos.append(info)
     return infos
@@ -365,6 +376,7 @@ __all__ = [
     "LockHolder",
     "LockInfo",
     "LockOwner",
+    "LockWaiter",
     "ReleaseResult",
     "alock_info",
     "force_release",

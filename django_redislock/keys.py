@@ -7,7 +7,9 @@ and holder description, ``scripts/held.lua``), and companion keys ``P:{N}:fence`
 beside an older build's ``Lock`` key, its holder's; same TTL),
 ``P:{N}:claim`` (the longest waiter's claim on the next turn, short TTL) and
 ``P:{N}:line`` (the waiters behind it, each place with its own deadline) live
-beside it. Releases are published on channel ``P:{N}:released``.
+beside it; a semaphore's or read-write lock's ``P:{N}:waiting`` and
+``P:{N}:waiting:until`` say who waits in its line (``scripts/waiting.lua``). Releases
+are published on channel ``P:{N}:released``.
 """
 
 from __future__ import annotations

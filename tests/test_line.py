@@ -223,3 +223,24 @@ def test_a_forked_child_has_a_wake_id_of_its_own() -> None:
     child.start()
     assert queue.get(timeout=30) != waiting.wake_id()
     child.join(30)
+
+
+def test_a_later_waiter_that_writes_last_does_not_take_the_claim(real_backend: Any) -> None:
+    # A claim says how long its waiter had waited when it wrote it; it has waited since,
+    # too. A waiter that began later but asks now with a larger figure than the claim's
+    # (stale) one must not displace it: it takes a place behind it.
+    import time
+
+    client = real_backend.client()
+    holder = Lock("claim-age", ttl=30)
+    assert holder.acquire()
+    first, later = Lock("claim-age", ttl=30), Lock("claim-age", ttl=30)
+    first_token, later_token = "first-token", "later-token"
+    assert not first._do_acquire(first_token, 5)  # has waited 5 ms: claims the next turn
+    assert _claimant(client, holder) == first_token
+    time.sleep(0.3)  # the subject: first has now waited about 305 ms
+    assert not later._do_acquire(later_token, 100)  # began 100 ms ago
+    assert _claimant(client, holder) == first_token
+    assert _places(holder) == [later_token]
+    holder.release()  # handed to the claimant
+    assert token_at(client, holder.keys.key) == first_token

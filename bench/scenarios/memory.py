@@ -1,8 +1,11 @@
-"""Scenario 6: Redis memory per held lock, and what is left per name after release."""
+"""Scenario 6: Redis memory per held lock, what is left per name after release, and what
+one waiter's records take."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import Any
 
 import redis
 
@@ -55,6 +58,48 @@ def _peer(ctx: Context, client: redis.Redis, peer: Peer, count: int) -> tuple[fl
     return (held - before) / count, (after - before) / count
 
 
+#: Waiters per kind whose records are measured (a Lock's line is one string, rewritten by
+#: each place: keep it short enough for the places to be put well within their lapse).
+WAITERS = 200
+
+
+def _waiters(client: redis.Redis, build: Callable[[str], Any]) -> float:
+    """Bytes per waiter: ``WAITERS`` refused attempts that take a place (``waited_ms``
+    1) behind a holder, each with a token of its own; their places lapse by themselves."""
+    _flush(client)
+    holder, waiter = build("bench:s6:waited"), build("bench:s6:waited")
+    assert holder.acquire(blocking=False)
+    assert not waiter._do_acquire("warm-token-000000000", 1)  # the line's keys exist
+    before = _used(client)
+    for i in range(WAITERS):
+        assert not waiter._do_acquire(f"waiter-token-{i:06d}", 1)
+    held = _used(client)
+    holder.release()
+    return (held - before) / WAITERS
+
+
+def _waiters_table(client: redis.Redis) -> Table:
+    from django_redislock import Lock, ReadWriteLock, Semaphore
+
+    kinds: list[tuple[str, Callable[[str], Any], str]] = [
+        ("Lock", lambda name: Lock(name, ttl=TTL), "a place in P:{N}:line (or the claim)"),
+        (
+            "Semaphore",
+            lambda name: Semaphore(name, 1, ttl=TTL),
+            "P:{N}:queue, :places, :waiting, :waiting:until",
+        ),
+        (
+            "ReadWriteLock, writer",
+            lambda name: ReadWriteLock(name, ttl=TTL).write_lock(),
+            "as the semaphore's",
+        ),
+    ]
+    table = Table(["kind", "bytes / waiter", "kept in"])
+    for label, build, where in kinds:
+        table.rows.append([label, fmt(_waiters(client, build)), where])
+    return table
+
+
 def run(ctx: Context) -> Section:
     """``INFO memory`` deltas over N held locks, for a bare key and each peer."""
     count = ctx.sizes(1000, 10_000)
@@ -89,12 +134,18 @@ def run(ctx: Context) -> Section:
                 continue
             ratio = f"{held / bare_held:.2f}x" if bare_held > 0 else "-"
             table.rows.append([peer.label.replace(" sleep=0.1", ""), fmt(held), ratio, fmt(left)])
+        waiters = _waiters_table(client)
     finally:
         _flush(client)
         client.close()
     section.tables.append(table)
+    section.tables.append(waiters)
     section.notes.append(
         "python-redis-lock leaves a signal list per name for `signal_expire` (1 s) after "
         "each release; it is measured right after releasing."
+    )
+    section.notes.append(
+        f"Bytes per waiter: {WAITERS} waiters' records behind one holder (each waiter's "
+        "place or record, with the holder description inspection shows)."
     )
     return section

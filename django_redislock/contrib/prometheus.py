@@ -79,9 +79,7 @@ class _Metrics:
             return prometheus_client.Counter(bare, _HELP[name], METRICS[name][1])
 
         def histogram(name: str) -> Any:
-            return prometheus_client.Histogram(
-                name, _HELP[name], METRICS[name][1], buckets=BUCKETS
-            )
+            return prometheus_client.Histogram(name, _HELP[name], METRICS[name][1], buckets=BUCKETS)
 
         def gauge(name: str) -> Any:
             return prometheus_client.Gauge(

@@ -25,6 +25,18 @@ class HolderState(NamedTuple):
     description: str
 
 
+class WaiterState(NamedTuple):
+    """One waiter of a lock, read from the records its kind keeps for its line."""
+
+    token: str
+    #: When it began to wait (seconds since the epoch), as its record says.
+    since: float
+    #: The description it would hold the lock with (``holder.parse_holder`` reads it).
+    description: str
+    #: The kind it waits as, when the record says (a read-write lock: read or write).
+    kind: str | None = None
+
+
 class Holders(NamedTuple):
     """Every holder of one lock (longest-held first) and the limit its kind records."""
 
@@ -48,4 +60,4 @@ def key_type(key: str) -> Operation:
     return Operation(KEY_TYPE, (key,), (), text)
 
 
-__all__ = ["HolderState", "Holders", "holder_state", "key_type"]
+__all__ = ["HolderState", "Holders", "WaiterState", "holder_state", "key_type"]

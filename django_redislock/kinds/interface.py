@@ -43,6 +43,10 @@ class KindOperations(Protocol):
     def read_holders(self) -> Operation:
         """Every holder: parses to :class:`~django_redislock.kinds.holders.Holders`."""
 
+    # Optional: ``read_waiters()``, who waits (parses to a tuple of
+    # ``kinds.holders.WaiterState``). Inspection sends it beside ``read_holders`` when a
+    # kind has it; a kind without it shows no waiters.
+
     def force_release(self, token: str | None = None) -> Operation:
         """Remove every holder (or ``token``'s): 1 removed, 0 not held, -1 another holds."""
 

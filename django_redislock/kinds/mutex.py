@@ -9,20 +9,21 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from ..holder import holder_description
+from ..holder import holder_description, parse_holder
 from ..keys import LockKeys
 from ..scripts import (
     ACQUIRE,
     EXTEND,
     FENCE_RAISE,
     FORCE_RELEASE,
+    MUTEX_WAITERS,
     READ_HOLDER,
     RELEASE,
     UNCLAIM,
 )
 from ..waiting import wake_id
-from .holders import Holders, HolderState, holder_state
-from .operation import Operation, is_one, raw
+from .holders import Holders, HolderState, WaiterState, holder_state
+from .operation import Operation, is_one, raw, text
 from .options import KindOptions
 
 
@@ -76,6 +77,27 @@ def parse_holder_state(reply: Any) -> HolderState | None:
         return None
     token, pttl, fence, description = reply
     return holder_state(token, int(pttl), fence, description)
+
+
+def parse_waiters(reply: Any) -> tuple[WaiterState, ...]:
+    """``mutex_waiters.lua``'s reply: the claimant, then the line, as :class:`WaiterState`.
+
+    A claim (``token:waited_ms:ttl_ms:fencing[/wake]:holder``) says how long its waiter
+    had waited when it wrote it, and its holder description when (``acquired_at``): the
+    difference is when it began to wait.
+    """
+    waiters = []
+    for claim in reply:
+        parts = text(claim).split(":", 4)
+        if len(parts) < 5 or not parts[1].isdigit():
+            continue  # no claim (''), or one of a format we do not know
+        token, waited_ms, _, _, description = parts
+        try:
+            written = float(parse_holder(description).get("acquired_at", ""))
+        except ValueError:
+            continue
+        waiters.append(WaiterState(token, written - int(waited_ms) / 1000, description))
+    return tuple(waiters)
 
 
 class Mutex(KindOptions):
@@ -171,6 +193,12 @@ class Mutex(KindOptions):
         """Every holder, as every kind reads them: :class:`Holders` (none, or one)."""
         return Operation(READ_HOLDER, self._extend_keys, (), parse_holders)
 
+    def read_waiters(self) -> Operation:
+        """Who waits: the claimant and the live places of its line (:class:`WaiterState`).
+        Read whatever the lock's options (a lock without claims has none to read)."""
+        keys = (self.keys.claim, self.keys.line)
+        return Operation(MUTEX_WAITERS, keys, (), parse_waiters)
+
     def force_release(self, token: str | None = None) -> Operation:
         """Delete the lock whoever holds it (or only ``token``'s): 1, 0 (free) or -1 (other)."""
         keys = self.keys
@@ -186,4 +214,5 @@ __all__ = [
     "parse_acquire",
     "parse_holder_state",
     "parse_holders",
+    "parse_waiters",
 ]

@@ -31,12 +31,12 @@ class Script:
 
 
 #: Lua helper libraries, by the prefix of the functions they define.
-_LIBRARIES = ("held", "line")
+_LIBRARIES = ("held", "line", "waiting")
 
 
 def _libraries(source: str) -> str:
     """The Lua helpers ``source`` calls (``line_*``: ``line.lua``, ``held_*``:
-    ``held.lua``), to prepend to it."""
+    ``held.lua``, ``waiting_*``: ``waiting.lua``), to prepend to it."""
     return "".join(
         resources.files(__package__).joinpath(f"{name}.lua").read_text("utf-8")
         for name in _LIBRARIES
@@ -62,3 +62,5 @@ SEMAPHORE_FORCE_RELEASE = Script("semaphore_force_release")
 RWLOCK_ACQUIRE = Script("rwlock_acquire")
 RWLOCK_RELEASE = Script("rwlock_release")
 RWLOCK_FORCE_RELEASE = Script("rwlock_force_release")
+MUTEX_WAITERS = Script("mutex_waiters")
+QUEUED_WAITERS = Script("queued_waiters")

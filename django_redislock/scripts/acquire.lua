@@ -43,6 +43,12 @@ if KEYS[4] then
   if claim then
     local who, how_long = string.match(claim, '^([^:]+):(%d+):')
     claimant, claimed = who, tonumber(how_long)
+    -- It had waited that long when it wrote the claim; it has waited since, too (else a
+    -- waiter that came later but wrote last would take its turn).
+    local left = redis.call('PTTL', KEYS[4])
+    if left > 0 then
+      claimed = claimed + math.max(0, tonumber(ARGV[6]) - left)
+    end
   end
 end
 if current or (claimant and claimant ~= ARGV[1] and claimed > waited) then

@@ -7,6 +7,8 @@
 -- KEYS[4] fence counter (integer, no TTL: it must never go back)
 -- KEYS[5] writers in line (sorted set: token -> when it first tried, ms)
 -- KEYS[6] writers' places (sorted set: token -> when its place lapses unless renewed, ms)
+-- KEYS[7], KEYS[8] optional: who waits, writers and readers, for inspection
+--         (waiting.lua); a reader has a record but no place: it waits by retrying
 -- ARGV[1] token, ARGV[2] TTL in ms, ARGV[3] '1' to bump the fence, '0' not to,
 -- ARGV[4] holder description, ARGV[5] ms this caller has waited (0: first try),
 -- ARGV[6] ms a writer's place lives without renewal, ARGV[7] 'r' or 'w'
@@ -27,6 +29,12 @@ end
 drop({{'SREM', KEYS[1]}, {'ZREM', KEYS[2]}, {'HDEL', KEYS[3]}},
   redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now))
 drop({{'ZREM', KEYS[5]}, {'ZREM', KEYS[6]}}, redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now))
+-- A refused reader that will try again: recorded (not placed) for inspection.
+local function reader_waits()
+  if waited > 0 and KEYS[8] then
+    waiting_put(KEYS[7], KEYS[8], now, token, now - waited, place, 'r', ARGV[4])
+  end
+end
 
 local function first_ends(key)
   local score = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2]
@@ -50,11 +58,13 @@ if mode == 'r' then
   if held == 1 then
     local meta = redis.call('HGET', KEYS[3], redis.call('SRANDMEMBER', KEYS[1])) or ''
     if string.match(meta, '^%d*|w|') then
+      reader_waits()
       return {0, math.max(first_ends(KEYS[2]), 1), now}
     end
   end
   if redis.call('ZCARD', KEYS[5]) > 0 then
     -- A writer waits: readers go behind it until it has been in, or its place lapses.
+    reader_waits()
     return {0, math.max(first_ends(KEYS[6]) or place, 1), now}
   end
 else
@@ -63,6 +73,10 @@ else
     redis.call('ZADD', KEYS[5], 'NX', now - waited, token)
     redis.call('ZADD', KEYS[6], now + place, token)
     expire_with_last(KEYS[6], {KEYS[5], KEYS[6]})
+    if KEYS[8] then
+      local since = redis.call('ZSCORE', KEYS[5], token)
+      waiting_put(KEYS[7], KEYS[8], now, token, since, place, 'w', ARGV[4])
+    end
   end
   local ahead = redis.call('ZRANK', KEYS[5], token) or redis.call('ZCARD', KEYS[5])
   if held > 0 or ahead > 0 then
@@ -80,6 +94,7 @@ else
   redis.call('ZREM', KEYS[6], token)
 end
 
+if waited > 0 and KEYS[8] then waiting_drop(KEYS[7], KEYS[8], token) end
 local fence = 0
 if ARGV[3] == '1' then fence = redis.call('INCR', KEYS[4]) end
 redis.call('SADD', KEYS[1], token)

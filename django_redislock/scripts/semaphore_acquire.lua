@@ -5,6 +5,8 @@
 -- KEYS[3] fence counter (integer, no TTL: it must never go back)
 -- KEYS[4] waiters in line (sorted set: token -> when it first tried, ms)
 -- KEYS[5] waiters' places (sorted set: token -> when its place lapses unless renewed, ms)
+-- KEYS[6], KEYS[7] optional: who waits, for inspection (waiting.lua), written with each
+--         place
 -- ARGV[1] token, ARGV[2] TTL in ms, ARGV[3] '1' to bump the fence, '0' not to,
 -- ARGV[4] holder description, ARGV[5] ms this caller has waited (0: first try),
 -- ARGV[6] ms a waiter's place lives without renewal, ARGV[7] the caller's limit
@@ -46,6 +48,10 @@ if waited > 0 then
   redis.call('ZADD', KEYS[4], 'NX', now - waited, token)
   redis.call('ZADD', KEYS[5], now + place, token)
   expire_with_last(KEYS[5], {KEYS[4], KEYS[5]})
+  if KEYS[7] then
+    local since = redis.call('ZSCORE', KEYS[4], token)
+    waiting_put(KEYS[6], KEYS[7], now, token, since, place, '', ARGV[4])
+  end
 end
 
 local used = redis.call('ZCARD', KEYS[1])
@@ -53,6 +59,7 @@ local ahead = redis.call('ZRANK', KEYS[4], token) or redis.call('ZCARD', KEYS[4]
 if used + ahead < limit then
   redis.call('ZREM', KEYS[4], token)
   redis.call('ZREM', KEYS[5], token)
+  if waited > 0 and KEYS[7] then waiting_drop(KEYS[6], KEYS[7], token) end
   local fence = 0
   if ARGV[3] == '1' then fence = redis.call('INCR', KEYS[3]) end
   redis.call('ZADD', KEYS[1], now + ttl, token)
