@@ -447,9 +447,10 @@ class SignalledOursLock(OursLock):
 
 
 class ObservedOursLock(OursLock):
-    """Ours with the metrics (``"metrics"``) or the traces (``"tracing"``) on.
+    """Ours with the metrics (``"metrics"``), the traces (``"tracing"``) or the history
+    (``"history"``: its flusher thread sends the events every 100 ms) on.
 
-    Both subscribe to the process-wide event stream, so they are switched on only while
+    Each subscribes to the process-wide event stream, so they are switched on only while
     this lock's cycles are timed (:func:`observing`): the other rows of the same process
     run with nothing subscribed. Tracing records every span with the SDK and a batch
     processor whose exporter drops them, so the cost is ours and the SDK's, not an
@@ -460,7 +461,11 @@ class ObservedOursLock(OursLock):
         self._what = what
 
     def begin(self) -> None:
-        if self._what == "metrics":
+        if self._what == "history":
+            from django_redislock import history
+
+            history.enable()
+        elif self._what == "metrics":
             from django_redislock.contrib import prometheus
 
             prometheus.enable()
@@ -471,7 +476,11 @@ class ObservedOursLock(OursLock):
             otel.enable()
 
     def end(self) -> None:
-        if self._what == "metrics":
+        if self._what == "history":
+            from django_redislock import history
+
+            history.disable()
+        elif self._what == "metrics":
             from django_redislock.contrib import prometheus
 
             prometheus.disable()
@@ -513,7 +522,7 @@ def observing(lock: Any) -> Iterator[None]:
 
 
 #: The peers that switch something process-wide on while they run (scenario 1 and 2 rows).
-OBSERVED_PEERS = ("ours-metrics", "ours-tracing")
+OBSERVED_PEERS = ("ours-metrics", "ours-tracing", "ours-history")
 
 
 _SIGNALLED: list[type] = []
@@ -618,6 +627,12 @@ SYNC_PEERS: dict[str, Peer] = {
             "django-redislock Lock, TRACING on (SDK, spans dropped)",
             lambda t, n, ttl: ObservedOursLock(t, n, ttl, "tracing"),
             lambda: ours_skip_reason() or _optional("opentelemetry.sdk.trace")(),
+        ),
+        Peer(
+            "ours-history",
+            "django-redislock Lock, HISTORY on",
+            lambda t, n, ttl: ObservedOursLock(t, n, ttl, "history"),
+            ours_skip_reason,
         ),
         Peer(
             "ours-semaphore",

@@ -21,6 +21,10 @@ class RedisLockConfig(AppConfig):
             prometheus.enable()
         if get_config()["TRACING"] is True:
             _enable_tracing()
+        if get_config()["HISTORY"] is True:
+            from . import history
+
+            history.enable()
 
 
 def _enable_tracing() -> None:

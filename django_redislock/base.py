@@ -64,6 +64,7 @@ class BaseLock:
     _event_kind: str | None = None
     #: True from an acquire until its hold's end was reported (released or lost).
     _hold_open: bool = False
+    _hold_token: str | None = None
 
     def __init__(
         self,
@@ -285,13 +286,14 @@ class BaseLock:
             watchdog.watch(self, in_loop=in_loop)
         acquire_logger.debug("acquired %r fence=%s", self.name, self.fence)
         self._hold_open = True
+        self._hold_token = token  # its release's event names it (the lock forgets it first)
         self._emit(events.ACQUIRED, fence=self.fence, waited=waited, attempts=attempts)
 
     def _emit(self, type_: str, **fields: Any) -> None:
         """Report what happened to this lock to the event stream (:mod:`.events`)."""
         if not events.wanted(type_, type(self)):
             return
-        token = self.token
+        token = fields.pop("token", None) or self.token
         events.emit(
             events.LockEvent(
                 type_,
@@ -312,6 +314,7 @@ class BaseLock:
         started = self.acquired_monotonic
         self._emit(
             type_,
+            token=self._hold_token,
             fence=self.fence,
             held=None if started is None else clock() - started,
             reason=reason,

@@ -139,7 +139,8 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 id="redislock.E003",
             )
         )
-    for switch, check_id in (("REENTRANT", "E008"), ("METRICS", "E010"), ("TRACING", "E010")):
+    switches = (("REENTRANT", "E008"), ("METRICS", "E010"), ("TRACING", "E010"))
+    for switch, check_id in (*switches, ("HISTORY", "E010")):
         messages += _switch_problem(config, switch, check_id)
     messages += _count_problem(
         config,
@@ -155,6 +156,23 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         unit="a whole number",
         hint="It caps the distinct lock families labelling metrics, e.g. 200.",
     )
+    messages += _count_problem(
+        config,
+        "HISTORY_MAXLEN",
+        "E012",
+        unit="a whole number",
+        hint="It caps the entries of the lock history's stream, e.g. 10000.",
+    )
+    age = config["HISTORY_MAX_AGE"]
+    if isinstance(age, bool) or not isinstance(age, (int, float)) or not age > 0:
+        messages.append(
+            Error(
+                f"REDISLOCK['HISTORY_MAX_AGE'] must be a number of seconds > 0, not {age!r}.",
+                hint="Events older than this are trimmed from the history, e.g. 86400.",
+                obj="settings.REDISLOCK",
+                id="redislock.E013",
+            )
+        )
     prefix = config["KEY_PREFIX"]
     if not isinstance(prefix, str) or not prefix or "{" in prefix or "}" in prefix:
         messages.append(

@@ -57,6 +57,13 @@ DEFAULTS: dict[str, Any] = {
     "TRACING": False,
     # Distinct lock families (metric label values) per process; past it, "other".
     "METRICS_FAMILIES": 200,
+    # The lock history (django_redislock.history): every lock event, sent by a background
+    # flusher to one capped stream per connection, read by lock_history() and the admin.
+    "HISTORY": False,
+    # Entries the history stream keeps (trimmed with MAXLEN ~: about this many).
+    "HISTORY_MAXLEN": 10_000,
+    # Seconds an event is kept at most (older ones are trimmed with each batch).
+    "HISTORY_MAX_AGE": 24 * 3600,
 }
 
 

@@ -241,7 +241,8 @@ def _python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
 
 SETUP = (
     "import sys, django;"
-    "WATCHED = ('prometheus_client', 'opentelemetry', 'django_redislock.contrib.');"
+    "WATCHED = ('prometheus_client', 'opentelemetry', 'django_redislock.contrib.',"
+    " 'django_redislock.history');"
     "from django.conf import settings;"
     "settings.REDISLOCK = {**getattr(settings, 'REDISLOCK', {}), 'METRICS': %s};"
     "django.setup();"

@@ -199,3 +199,36 @@ def test_the_docs_example_names_the_longest_waiter(pool: Pool) -> None:
     start_waiters(pool, "lock", "export", 2)
     first = lock_info("export").waiters[0]  # type: ignore[union-attr]
     assert longest_wait("export") == f"{first.host}:{first.pid}/MainThread (waiter-0)"
+
+
+def test_the_inspect_command_shows_the_waiters(real_backend: Any) -> None:
+    import json
+    import threading
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from django_redislock import Lock
+
+    holder = Lock("shown", ttl=30)
+    assert holder.acquire()
+    waiter = Lock("shown", ttl=30, purpose="nightly report")
+    thread = threading.Thread(target=lambda: waiter.acquire(timeout=30), name="reporter")
+    thread.start()
+    try:
+        assert wait_until(lambda: len(waiters_of("shown")) == 1, 10)
+        out = StringIO()
+        call_command("redislock", "inspect", "shown", "--json", stdout=out)
+        shown = json.loads(out.getvalue())
+        assert shown["waiting"] == 1
+        [entry] = shown["waiters"]
+        assert entry["purpose"] == "nightly report" and entry["kind"] == "lock"
+        assert entry["owner"]["thread"] == "reporter" and len(entry["token_prefix"]) == 6
+        out = StringIO()
+        call_command("redislock", "inspect", "shown", stdout=out)
+        text = out.getvalue()
+        assert "Waiting:     1" in text and "/reporter (nightly report), lock, since " in text
+    finally:
+        holder.release()
+        thread.join(30)
+        waiter.release()

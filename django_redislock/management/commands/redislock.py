@@ -1,5 +1,6 @@
-"""``manage.py redislock list|inspect|release|run``: look at held locks, force-release one,
-or run a command only while holding a lock (:mod:`django_redislock.supervisor`).
+"""``manage.py redislock list|inspect|release|run|history``: look at held locks and who
+waits for them, force-release one, run a command only while holding a lock
+(:mod:`django_redislock.supervisor`), or read the lock history (:mod:`.history`).
 
 Tokens are secrets that let anyone release a lock in its holder's name, so the
 command never prints one whole: it shows a short prefix, enough to tell holders
@@ -22,6 +23,7 @@ from django_redislock.inspection import (
     RELEASED,
     LockHolder,
     LockInfo,
+    LockWaiter,
     force_release_holder,
     held_locks,
     lock_info,
@@ -49,6 +51,17 @@ def holder_dict(holder: LockHolder) -> dict[str, Any]:
     }
 
 
+def waiter_dict(waiter: LockWaiter) -> dict[str, Any]:
+    """A JSON-ready description of one waiter."""
+    return {
+        "owner": {"host": waiter.host, "pid": waiter.pid, "thread": waiter.thread},
+        "purpose": waiter.purpose,
+        "kind": waiter.kind,
+        "waiting_since": waiter.waiting_since.isoformat(),
+        "token_prefix": waiter.short_token.rstrip("…"),
+    }
+
+
 def info_dict(info: LockInfo) -> dict[str, Any]:
     """A JSON-ready description of a held lock (its first holder's fields at the top, as
     before kinds had several), without any full token."""
@@ -66,6 +79,8 @@ def info_dict(info: LockInfo) -> dict[str, Any]:
         "token_prefix": token_prefix(info.token),
         "limit": info.limit,
         "holders": [holder_dict(holder) for holder in info.holders],
+        "waiting": info.waiting,
+        "waiters": [waiter_dict(waiter) for waiter in info.waiters],
     }
 
 
@@ -78,7 +93,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(
-            dest="subcommand", required=True, metavar="{list,inspect,release,run}"
+            dest="subcommand", required=True, metavar="{list,inspect,release,run,history}"
         )
         listing = sub.add_parser("list", help="List held locks (SCAN, never KEYS).")
         listing.add_argument(
@@ -110,7 +125,18 @@ class Command(BaseCommand):
             usage="manage.py redislock run NAME [options] -- COMMAND [ARG ...]",
         )
         _add_run_arguments(run)
-        for subparser in (listing, inspect, release, run):
+        history = sub.add_parser(
+            "history", help="Show the recorded events of one lock, or of every lock."
+        )
+        history.add_argument("name", nargs="?", default=None)
+        history.add_argument(
+            "--since", default=None, help="Only events since then: 90s, 15m, 1h, 2d, or ISO."
+        )
+        history.add_argument(
+            "--limit", type=int, default=100, help="At most this many events (default 100)."
+        )
+        history.add_argument("--json", action="store_true", help="Print a JSON array.")
+        for subparser in (listing, inspect, release, run, history):
             subparser.add_argument(
                 "--connection",
                 default=None,
@@ -205,8 +231,15 @@ class Command(BaseCommand):
                 ("Watchdog", "yes" if holder.watchdog else "no"),
                 ("Token", token_prefix(holder.token) + "…"),
             ]
+        if holders is None:
+            lines += [("", ""), ("Waiting", str(info.waiting))]
+            for waiter in info.waiters:
+                since = waiter.waiting_since.isoformat(timespec="seconds")
+                purpose = f" ({waiter.purpose})" if waiter.purpose else ""
+                lines.append(("", f"{waiter.owner}{purpose}, {waiter.kind}, since {since}"))
         for label, value in lines:
-            self.stdout.write(f"{label + ':':<13}{value}".rstrip() if label else "")
+            head = f"{label}:" if label else ""
+            self.stdout.write(f"{head:<13}{value}".rstrip())
 
     # -- release -------------------------------------------------------------------
 
@@ -284,6 +317,45 @@ class Command(BaseCommand):
         answer = input(f"Force-release lock {info.name!r}? {whom} may still be working. [y/N] ")
         if answer.strip().lower() not in ("y", "yes"):
             raise CommandError("Cancelled; nothing was released.")
+
+    # -- history -------------------------------------------------------------------
+
+    def handle_history(
+        self,
+        *,
+        name: str | None,
+        since: str | None,
+        limit: int,
+        json: bool,
+        connection: str | None,
+        **_: Any,
+    ) -> None:
+        from django_redislock.history import lock_history, parse_since
+
+        if limit < 1:
+            raise CommandError(f"--limit must be at least 1, not {limit}")
+        start = None if since is None else parse_since(since)
+        found = lock_history(name, connection=connection, since=start, limit=limit)
+        if json:
+            self._json([event.as_dict() for event in found])
+            return
+        if not found:
+            off = "" if get_config()["HISTORY"] else " (REDISLOCK['HISTORY'] is off)"
+            self.stdout.write(f"No recorded events{off}.")
+            return
+        for event in found:
+            parts = [event.at.isoformat(timespec="milliseconds"), f"{event.event:<14}", event.name]
+            if event.fence is not None:
+                parts.append(f"fence {event.fence}")
+            if event.waited is not None:
+                parts.append(f"waited {event.waited:.3f}s")
+            if event.held is not None:
+                parts.append(f"held {event.held:.3f}s")
+            if event.holder:
+                parts.append(f"holder {event.holder}")
+            if event.reason:
+                parts.append(event.reason)
+            self.stdout.write("  ".join(parts))
 
     def _json(self, data: Any) -> None:
         self.stdout.write(json.dumps(data, indent=2, ensure_ascii=False))
