@@ -101,8 +101,14 @@ class LockEvent:
 # -- writing ---------------------------------------------------------------------------
 
 
-def _here() -> str:
-    return f"{hostname()}:{os.getpid()}/{threading.current_thread().name}"
+#: Separates the fields of a packed event (not printable: never in a lock name, nor in a
+#: holder description, whose own separator it is).
+FIELD_SEPARATOR = "\x1f"
+#: A packed event's fields, in order (:func:`pack`).
+FIELDS = ("at", "e", "n", "k", "f", "fe", "h", "o", "t", "w", "hd", "r")
+
+#: What a lock appends: (time.time(), its event, the thread it happened in).
+Pending = tuple[float, events.LockEvent, str]
 
 
 def _who(holder: Any) -> tuple[str, str, int | None]:
@@ -112,39 +118,61 @@ def _who(holder: Any) -> tuple[str, str, int | None]:
         return "", "", None
     description = getattr(holder, "description", None)
     if description is not None:  # a HolderState
-        fields = parse_holder(description) if description else {}
+        if not description:
+            return "", holder.token[:6], holder.fence or None
+        fields = parse_holder(description)
         owner = f"{fields.get('host', '')}:{fields.get('pid', '')}/{fields.get('thread', '')}"
-        return (owner if description else ""), holder.token[:6], holder.fence or None
+        return owner, holder.token[:6], holder.fence or None
     return str(holder.owner), holder.token[:6], holder.fence  # a LockInfo
 
 
-def fields_of(event: events.LockEvent) -> dict[str, str]:
-    """The stream entry of ``event``: short field names, only those that apply."""
-    holder, holder_token, holder_fence = _who(event.holder)
-    mine = event.type in (events.ACQUIRED, events.RELEASED, events.LOST)
-    fields = {
-        "at": repr(time.time()),
-        "e": event.type,
-        "n": event.name,
-        "k": event.kind,
-        "f": event.family,
-        "h": _here() if mine else holder,
-        "o": "" if event.type == events.FORCE_RELEASED else _here(),
-        "t": (event.token_prefix or "") if mine or not holder_token else holder_token,
-    }
-    fence = event.fence if event.fence is not None else holder_fence
-    if fence:
-        fields["fe"] = str(fence)
-    if event.waited is not None:
-        fields["w"] = f"{event.waited:.6f}"
-    if event.held is not None:
-        fields["hd"] = f"{event.held:.6f}"
+def _plain(value: object) -> str:
+    return "" if value is None else str(value).replace(FIELD_SEPARATOR, " ")
+
+
+def pack(pending: Pending, here: str) -> str:
+    """The stream entry of one buffered event (``here``: ``host:pid`` of this process):
+    its :data:`FIELDS`, joined, ``""`` where one does not apply. Names, kinds, families
+    and holder descriptions never hold the separator; a reason may, and is cleaned."""
+    at, event, thread = pending
+    type_ = event.type
+    me = f"{here}/{thread}"
+    if type_ in _MINE:
+        holder, token, fence = me, event.token_prefix or "", event.fence
+    else:
+        holder, token, fence = _who(event.holder)
+        token = token or event.token_prefix or ""
+        if event.fence is not None:
+            fence = event.fence
     reason = event.reason
     if reason is None and event.user is not None:
         reason = f"by {event.user}"
-    if reason:
-        fields["r"] = reason[:500]
-    return fields
+    waited, held = event.waited, event.held
+    return FIELD_SEPARATOR.join(
+        (
+            repr(at),
+            type_,
+            event.name,
+            event.kind,
+            event.family,
+            str(fence) if fence else "",
+            holder,
+            "" if type_ == events.FORCE_RELEASED else me,
+            token,
+            "" if waited is None else f"{waited:.6f}",
+            "" if held is None else f"{held:.6f}",
+            "" if reason is None else _plain(reason)[:500],
+        )
+    )
+
+
+#: The events about this process's own hold: the holder is here.
+_MINE = frozenset({events.ACQUIRED, events.RELEASED, events.LOST})
+
+
+def unpack(packed: str) -> dict[str, str]:
+    """The fields of a packed event, by name."""
+    return dict(zip(FIELDS, packed.split(FIELD_SEPARATOR), strict=False))
 
 
 def _alias_of(event: events.LockEvent) -> str:
@@ -156,7 +184,7 @@ class Flusher:
     """The buffer and the thread that sends it: :meth:`add` never waits on Redis."""
 
     def __init__(self) -> None:
-        self._pending: deque[tuple[str, dict[str, str]]] = deque(maxlen=BUFFER_LIMIT)
+        self._pending: deque[tuple[str, Pending]] = deque(maxlen=BUFFER_LIMIT)
         self._stop = threading.Event()
         self._start_lock = threading.Lock()
         # One flush at a time (the thread's, a test's, the last one at exit): the stream
@@ -166,10 +194,11 @@ class Flusher:
         self._failing: set[str] = set()  # aliases whose failure was logged
         self.dropped = 0  # events dropped: a full buffer, or a batch Redis refused
 
-    def add(self, alias: str, fields: dict[str, str]) -> None:
+    def add(self, alias: str, pending: Pending) -> None:
+        """Buffer one event for ``alias``'s stream: no call to Redis, no formatting."""
         if len(self._pending) == BUFFER_LIMIT:
             self.dropped += 1
-        self._pending.append((alias, fields))
+        self._pending.append((alias, pending))
         thread = self._thread
         if thread is None or not thread.is_alive():
             self._start()
@@ -188,27 +217,26 @@ class Flusher:
     def flush(self) -> int:
         """Send what is buffered now, one pipeline per connection: the events sent."""
         with self._flush_lock:
-            batches: dict[str, list[dict[str, str]]] = {}
+            batches: dict[str, list[Pending]] = {}
             pending = self._pending
             while pending:
-                alias, fields = pending.popleft()
-                batches.setdefault(alias, []).append(fields)
+                alias, event = pending.popleft()
+                batches.setdefault(alias, []).append(event)
             return sum(self._send(alias, batch) for alias, batch in batches.items())
 
-    def _send(self, alias: str, batch: list[dict[str, str]]) -> int:
-        from .connection import lock_client
+    def _send(self, alias: str, batch: list[Pending]) -> int:
+        from .kinds import Operation
+        from .kinds.operation import raw
+        from .scripts import HISTORY_APPEND
+        from .transports.single import SingleNode
 
         config = get_config()
-        key, maxlen = stream_key(), config["HISTORY_MAXLEN"]
         oldest_ms = int((time.time() - config["HISTORY_MAX_AGE"]) * 1000)
         try:
-            pipe = lock_client(alias).pipeline(transaction=False)
-            for fields in batch:
-                pipe.xadd(key, fields, maxlen=maxlen, approximate=True)  # type: ignore[arg-type]
-            # Exact: an approximate trim keeps whole stream nodes (100 entries each), so a
-            # quiet lock's old events would outlive the age.
-            pipe.xtrim(key, minid=oldest_ms, approximate=False)
-            pipe.execute()
+            here = f"{hostname()}:{os.getpid()}"
+            entries = [pack(event, here) for event in batch]
+            args = (config["HISTORY_MAXLEN"], oldest_ms, *entries)
+            SingleNode(alias).call(Operation(HISTORY_APPEND, (stream_key(),), args, raw))
         except Exception as exc:  # never let the thread die: the next batch tries again
             self.dropped += len(batch)
             if alias not in self._failing:
@@ -262,7 +290,7 @@ def record(event: events.LockEvent) -> None:
     """The event consumer: buffer ``event`` for the flusher (most types; see
     :data:`RECORDED`)."""
     if event.type in RECORDED:
-        _flusher.add(_alias_of(event), fields_of(event))
+        _flusher.add(_alias_of(event), (time.time(), event, threading.current_thread().name))
 
 
 def enable() -> None:
@@ -336,8 +364,9 @@ def _number(value: str | None) -> float | None:
         return None
 
 
-def event_of(entry_id: str, fields: dict[str, str]) -> LockEvent:
-    """A :class:`LockEvent` from a stream entry."""
+def event_of(entry_id: str, entry: dict[str, str]) -> LockEvent:
+    """A :class:`LockEvent` from a stream entry (its packed field ``d``)."""
+    fields = unpack(entry["d"]) if "d" in entry else entry
     stamp = _number(fields.get("at"))
     if stamp is None:  # the entry's id is the server's clock (ms) when it was added
         stamp = int(entry_id.partition("-")[0]) / 1000
@@ -399,9 +428,10 @@ def lock_history(
             count = READ_CHUNK if name is not None else min(READ_CHUNK, limit - len(found))
             read: Any = client.xrevrange(stream_key(), max=high, min=low, count=count)
             entries = _decoded(read)
-            for entry_id, fields in entries:
-                if name is None or fields.get("n") == name:
-                    found.append(event_of(entry_id, fields))
+            for entry_id, entry in entries:
+                event = event_of(entry_id, entry)
+                if name is None or event.name == name:
+                    found.append(event)
             if len(entries) < count:
                 break
             high = "(" + entries[-1][0]
@@ -412,6 +442,8 @@ def lock_history(
 
 __all__ = [
     "BUFFER_LIMIT",
+    "FIELDS",
+    "FIELD_SEPARATOR",
     "FLUSH_INTERVAL",
     "RECORDED",
     "Flusher",
@@ -419,11 +451,12 @@ __all__ = [
     "disable",
     "enable",
     "event_of",
-    "fields_of",
     "flush",
     "flusher",
     "lock_history",
+    "pack",
     "parse_since",
     "record",
     "stream_key",
+    "unpack",
 ]

@@ -86,6 +86,8 @@ def deliver(event: Any) -> None:
 
 def notify(signal: Signal, sender: Any, **kwargs: Any) -> None:
     """Send ``signal`` to every receiver; log (never raise) a receiver's error."""
+    if not signal.receivers:  # nobody connected at all: skip send_robust's look-ups
+        return
     for receiver, result in signal.send_robust(sender=sender, **kwargs):
         if isinstance(result, Exception):
             logger.error(
