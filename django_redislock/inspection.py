@@ -367,6 +367,46 @@ def scan_page(
     return infos, _format_cursor(index, position, len(nodes))
 
 
+# -- who waits ----------------------------------------------------------------
+
+#: The companion keys where a lock's waiters are recorded: a Lock's claim and line, a
+#: semaphore's or read-write lock's waiting records.
+_WAITED_SUFFIXES = ("}:claim", "}:line", "}:waiting:until")
+
+
+def waited_locks(*, connection: str | None = None) -> list[LockInfo]:
+    """Every held lock that someone waits for, with its holders and waiters, read live.
+
+    One SCAN over the keys where waiters are recorded (``P:{N}:claim``, ``P:{N}:line``,
+    ``P:{N}:waiting:until``) on every primary, then the holders and waiters of those
+    locks only, in pipelined batches: cheap beside listing every held lock when few
+    are waited for.
+    """
+    prefix = validate_prefix(get_config()["KEY_PREFIX"])
+    match = f"{glob_escape(prefix)}:{{*}}:[clw]*"  # claim, line, waiting... (and leases)
+    alias = _alias(connection)
+    found: list[LockInfo] = []
+    try:
+        for client in _nodes(lock_client(alias)):
+            names: dict[str, None] = {}
+            cursor = 0
+            while True:
+                cursor, raw_keys = client.scan(cursor=cursor, match=match, count=MAX_SCAN_COUNT)
+                for raw in raw_keys:
+                    key = text(raw)
+                    if key.endswith(_WAITED_SUFFIXES):
+                        names[key[len(prefix) + 2 : key.rindex("}:")]] = None
+                if not cursor:
+                    break
+            keys = [LockKeys.build(prefix, name).key for name in names]
+            for start in range(0, len(keys), _BATCH_TARGET):
+                batch = _read_batch(client, keys[start : start + _BATCH_TARGET], alias)
+                found.extend(info for info in batch if info.waiters)
+    except RedisError as exc:
+        raise _unavailable(alias, None, exc) from exc
+    return found
+
+
 __all__ = [
     "CHANGED_HANDS",
     "MAX_SCAN_COUNT",
@@ -393,4 +433,5 @@ __all__ = [
     "read_info",
     "scan_page",
     "search_pattern",
+    "waited_locks",
 ]
