@@ -6,7 +6,8 @@ waits, and force-release.
 ``self.admin_site.admin_view`` and ``self.admin_site.each_context(request)`` so it
 works on any ``AdminSite``. Every view checks the model permission itself:
 ``view_heldlock`` to list and inspect, ``release_heldlock`` to force-release
-(:mod:`.release`). One module per page: :mod:`.waiting` lists every waiter.
+(:mod:`.release`). One module per page: :mod:`.waiting` lists every waiter, :mod:`.hot`
+ranks the lock families by how long they are waited for.
 """
 
 from __future__ import annotations
@@ -32,11 +33,12 @@ from ..models import HeldLock
 from . import timeline
 from .base import HOLDER_VAR, LockAdminBase
 from .formatting import format_moment, format_ttl, holder_fields, lock_fields
+from .hot import HotViews
 from .release import ACTION_NAME, ReleaseViews
 from .waiting import WaitingViews
 
 
-class HeldLockAdmin(ReleaseViews, WaitingViews, LockAdminBase):
+class HeldLockAdmin(ReleaseViews, WaitingViews, HotViews, LockAdminBase):
     """Held locks, read live from Redis; nothing here touches the database table."""
 
     # -- URLs ----------------------------------------------------------------
@@ -49,6 +51,7 @@ class HeldLockAdmin(ReleaseViews, WaitingViews, LockAdminBase):
         return [
             path("", wrap(self.changelist_view), name=f"{prefix}_changelist"),
             *self.waiting_urls(prefix),
+            *self.hot_urls(prefix),
             *self.release_urls(prefix),
             path("<str:object_id>/change/", wrap(self.detail_view), name=f"{prefix}_change"),
         ]

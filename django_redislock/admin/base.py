@@ -126,6 +126,7 @@ class LockAdminBase(admin.ModelAdmin):
             "has_release_permission": self.has_release_permission(request),
             "changelist_url": self._url("changelist"),
             "waiting_url": self._url("waiting"),
+            "hot_url": self._url("hot"),
             **extra,
         }
 
