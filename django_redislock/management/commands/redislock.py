@@ -1,6 +1,7 @@
-"""``manage.py redislock list|inspect|release|run|history``: look at held locks and who
-waits for them, force-release one, run a command only while holding a lock
-(:mod:`django_redislock.supervisor`), or read the lock history (:mod:`.history`).
+"""``manage.py redislock list|inspect|release|run|history|top``: look at held locks and
+who waits for them, force-release one, run a command only while holding a lock
+(:mod:`django_redislock.supervisor`), read the lock history (:mod:`.history`), or watch
+it all live (:mod:`.top`).
 
 Tokens are secrets that let anyone release a lock in its holder's name, so the
 command never prints one whole: it shows a short prefix, enough to tell holders
@@ -93,7 +94,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(
-            dest="subcommand", required=True, metavar="{list,inspect,release,run,history}"
+            dest="subcommand", required=True, metavar="{list,inspect,release,run,history,top}"
         )
         listing = sub.add_parser("list", help="List held locks (SCAN, never KEYS).")
         listing.add_argument(
@@ -136,7 +137,15 @@ class Command(BaseCommand):
             "--limit", type=int, default=100, help="At most this many events (default 100)."
         )
         history.add_argument("--json", action="store_true", help="Print a JSON array.")
-        for subparser in (listing, inspect, release, run, history):
+        top = sub.add_parser(
+            "top", help="Watch held locks, waiters, hot families and events, live (q quits)."
+        )
+        top.add_argument("--once", action="store_true", help="Print one snapshot and exit.")
+        top.add_argument("--json", action="store_true", help="Print one snapshot as JSON.")
+        top.add_argument(
+            "--interval", type=float, default=1.0, help="Seconds between redraws (default 1)."
+        )
+        for subparser in (listing, inspect, release, run, history, top):
             subparser.add_argument(
                 "--connection",
                 default=None,
@@ -356,6 +365,30 @@ class Command(BaseCommand):
             if event.reason:
                 parts.append(event.reason)
             self.stdout.write("  ".join(parts))
+
+    # -- top -----------------------------------------------------------------------
+
+    def handle_top(
+        self, *, once: bool, json: bool, interval: float, connection: str | None, **_: Any
+    ) -> None:
+        from django_redislock import top
+
+        if not interval > 0:
+            raise CommandError(f"--interval must be a number of seconds > 0, not {interval}")
+        if json:
+            self._json(top.as_dict(top.snapshot(connection)))
+            return
+        if once:
+            self.stdout.write(top.as_text(top.snapshot(connection)))
+            return
+        try:
+            from django_redislock import top_view
+        except ImportError as exc:  # pragma: no cover - rich is in the dev extra
+            raise CommandError(
+                f"The live view needs rich ({exc}): pip install 'django-redislock[top]', "
+                "or use --once / --json."
+            ) from exc
+        top_view.live(lambda: top.snapshot(connection), interval)
 
     def _json(self, data: Any) -> None:
         self.stdout.write(json.dumps(data, indent=2, ensure_ascii=False))
