@@ -88,7 +88,7 @@ def test_the_page_from_a_real_history(real_backend: Any, settings: Any) -> None:
         export = rows[0]["stats"]
         assert export.acquisitions == 2 and export.timeouts == 1 and len(export.holds) == 2
         assert export.total_wait > 0.05
-        assert 'class="field-family">export<' in response.text
+        assert 'class="field-family">export<' in response.content.decode()
         assert response.context["window"] == "1h"
         assert _client(superuser).get(reverse(HOT) + "?window=15m").context["window"] == "15m"
         assert _client(superuser).get(reverse(HOT) + "?window=bad").context["window"] == "1h"
@@ -99,7 +99,7 @@ def test_the_page_from_a_real_history(real_backend: Any, settings: Any) -> None:
 def test_the_page_says_when_the_history_is_off(lock_backend: Any) -> None:
     superuser = User.objects.create_superuser("root", "root@example.com", "pw")
     response = _client(superuser).get(reverse(HOT))
-    assert response.status_code == 200 and "The history is off" in response.text
+    assert response.status_code == 200 and "The history is off" in response.content.decode()
 
 
 def test_the_page_checks_its_permission(lock_backend: Any) -> None:

@@ -98,8 +98,9 @@ def test_every_waiter_longest_first_with_what_blocks_it(
         listing = _client(superuser).get(reverse(CHANGELIST))
         waiting = {r["info"].name: r["info"].waiting for r in listing.context["rows"]}
         assert waiting == {"invoice:9": 2, "exports": 1, "catalog": 1, "held-quietly": 0}
-        assert re.search(r'class="field-waiting heldlock-num"><a href="[^"]+">2</a>', listing.text)
-        assert reverse(WAITING) in listing.content.decode()  # linked from the list
+        listed = listing.content.decode()
+        assert re.search(r'class="field-waiting heldlock-num"><a href="[^"]+">2</a>', listed)
+        assert reverse(WAITING) in listed  # linked from the list
     finally:
         for lock in (holder, *permits, writer, quiet):
             lock.release()
@@ -156,7 +157,7 @@ def test_a_locks_page_shows_its_waiters_recent_events_and_timeline(
         superuser = User.objects.create_superuser("root", "root@example.com", "pw")
         detail = reverse("admin:django_redislock_heldlock_change", args=["nightly"])
         response = _client(superuser).get(detail)
-        page = response.text
+        page = response.content.decode()
         assert response.status_code == 200
         assert "Waiting (1), longest first" in page and "second run" in page
         # three holds released, the fourth held now; a few ms apart: drawn as one bar
@@ -176,4 +177,4 @@ def test_a_locks_page_says_nothing_of_history_when_it_is_off(real_backend: Any) 
         response = _client(superuser).get(
             reverse("admin:django_redislock_heldlock_change", args=["unrecorded"])
         )
-    assert response.status_code == 200 and "The last hour" not in response.text
+    assert response.status_code == 200 and "The last hour" not in response.content.decode()
