@@ -616,9 +616,10 @@ def test_a_slow_node_leaves_no_open_connection_behind(cluster, settings, mode):
         locks = []
         for round_no in range(4):
             # round 0 warms the pool; then every call to node 1 outlives its deadline
-            # (300 ms for the healthy two: a busy CI host once made 100 ms too short)
-            slow.delay(0 if round_no == 0 else 0.6)
-            lock = Redlock("slow-gc", ttl=2, node_timeout=0.3)
+            # (600 ms for the healthy two: a busy CI host once made 100 ms, then 300 ms,
+            # too short)
+            slow.delay(0 if round_no == 0 else 1.2)
+            lock = Redlock("slow-gc", ttl=3, node_timeout=0.6)
             assert lock.acquire(timeout=0)
             lock.release()
             locks.append(lock)
@@ -627,8 +628,8 @@ def test_a_slow_node_leaves_no_open_connection_behind(cluster, settings, mode):
     async def ascenario() -> list[Redlock]:
         locks = []
         for round_no in range(4):
-            slow.delay(0 if round_no == 0 else 0.6)
-            lock = Redlock("slow-gc", ttl=2, node_timeout=0.3)
+            slow.delay(0 if round_no == 0 else 1.2)
+            lock = Redlock("slow-gc", ttl=3, node_timeout=0.6)
             assert await lock.aacquire(timeout=0)
             await lock.arelease()
             locks.append(lock)

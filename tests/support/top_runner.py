@@ -18,7 +18,7 @@ def main() -> None:
     django.setup()
     from django.core.management import call_command
 
-    call_command("redislock", "top", "--interval", "0.2")
+    call_command("redislock", "top", "--interval", "0.5")
 
 
 if __name__ == "__main__":
