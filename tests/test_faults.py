@@ -13,6 +13,8 @@ from collections.abc import Iterator
 import pytest
 
 from tests.faults.harness import (
+    FencedReadResource,
+    RedisResource,
     check_counter,
     check_fences,
     check_issued_fences,
@@ -111,3 +113,26 @@ async def test_more_concurrent_async_acquires_than_the_pool_cap(real_backend):
     results = await asyncio.gather(*(lock.aacquire(timeout=0) for lock in locks))
     assert all(results)
     await asyncio.gather(*(lock.arelease() for lock in locks))
+
+
+def test_fenced_reads_close_the_lost_update_write_only_fences_let_in(make_server) -> None:
+    # A (fence 5) reads, is paused past its TTL; B (fence 6) reads; A's late write lands
+    # before B's: write-only fencing accepts both and one increment is lost (what a 30 s
+    # soak once found). Fencing the read too refuses A's write.
+    url = make_server().url
+    plain, fenced = RedisResource(url), FencedReadResource(url)
+    fenced.PREFIX = "faults:fenced"
+    fenced.keys = [f"faults:fenced:{part}" for part in ("counter", "fence", "log")]
+    fenced.seen_key = ["faults:fenced:seen"]
+    for resource in (plain, fenced):
+        resource.create()
+    a, b = plain.read(), plain.read()
+    assert plain.write(a + 1, 5, "A") and plain.write(b + 1, 6, "B")
+    assert check_counter(plain.read(), plain.accepted(), "plain")  # the lost update
+
+    a, b = fenced.fenced_read(5), fenced.fenced_read(6)
+    assert a == b == 0
+    assert not fenced.write(a + 1, 5, "A")  # B has read: A's write is refused
+    assert fenced.fenced_read(5) is None  # so is A reading again
+    assert fenced.write(b + 1, 6, "B")
+    assert check_counter(fenced.read(), fenced.accepted(), "fenced") == []

@@ -48,6 +48,7 @@ import redis
 from tests.support import polling
 
 RESOURCE_LUA = (Path(__file__).with_name("resource.lua")).read_text("utf-8")
+RESOURCE_READ_LUA = (Path(__file__).with_name("resource_read.lua")).read_text("utf-8")
 
 NS = 1_000_000_000
 
@@ -191,6 +192,8 @@ class RedisResource:
         self.enforce = enforce
         self.client = redis.Redis.from_url(url, socket_timeout=10)
         self.keys = [f"{self.PREFIX}:counter", f"{self.PREFIX}:fence", f"{self.PREFIX}:log"]
+        #: With a key here, reads are fenced too (:class:`FencedReadResource`).
+        self.seen_key: list[str] = []
 
     def create(self) -> None:
         self.client.delete(*self.keys)
@@ -199,8 +202,9 @@ class RedisResource:
         return int(self.client.get(self.keys[0]) or 0)
 
     def write(self, counter: int, fence: int, worker: str) -> bool:
+        keys = [*self.keys, *self.seen_key]
         result = self.client.eval(
-            RESOURCE_LUA, 3, *self.keys, counter, fence, worker, "1" if self.enforce else "0"
+            RESOURCE_LUA, len(keys), *keys, counter, fence, worker, "1" if self.enforce else "0"
         )
         return int(result) == 1
 
@@ -213,6 +217,30 @@ class RedisResource:
 
     def close(self) -> None:
         self.client.close()
+
+
+class FencedReadResource(RedisResource):
+    """A :class:`RedisResource` that checks the fence on reads as well as on writes.
+
+    Write-only fencing refuses a late write only once the successor has written: a holder
+    paused between its read and its write, past its TTL, whose write lands while its
+    successor is between its own read and write, still gets in, and one increment is lost.
+    Here the resource remembers the highest fence that read it and refuses older reads and
+    writes, so a read-modify-write is as safe as the fences.
+    """
+
+    def __init__(self, url: str, *, enforce: bool = True) -> None:
+        super().__init__(url, enforce=enforce)
+        self.seen_key = [f"{self.PREFIX}:seen"]
+
+    def create(self) -> None:
+        self.client.delete(*self.keys, *self.seen_key)
+
+    def fenced_read(self, fence: int) -> int | None:
+        """The counter, read with ``fence``; None when a newer fence has read it."""
+        keys = [self.keys[0], *self.seen_key]
+        value = self.client.eval(RESOURCE_READ_LUA, 2, *keys, fence, "1" if self.enforce else "0")
+        return None if value is None else int(value)
 
 
 def open_resources(

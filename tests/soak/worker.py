@@ -166,8 +166,9 @@ class Actor:
                 continue
             resource = self.resources[part.name]
             invoke = now_ns()
-            value = resource.read()
-            accepted = resource.write(value + 1, part.fence, self.ident)
+            value = resource.fenced_read(part.fence)
+            # A read refused as stale: a newer holder has read, this one writes nothing.
+            accepted = value is not None and resource.write(value + 1, part.fence, self.ident)
             self.record(
                 "write", subject, invoke_ns=invoke, ok=accepted, fence=part.fence, name=part.name
             )
