@@ -62,6 +62,8 @@ class BaseLock:
     _depth: int = 0
     #: The ``kind`` its events report when not its kind's name (``"redlock"``, ...).
     _event_kind: str | None = None
+    #: What its holder description says it is, beyond its kind (an election's lease).
+    _holder_role: str = ""
     #: True from an acquire until its hold's end was reported (released or lost).
     _hold_open: bool = False
     _hold_token: str | None = None

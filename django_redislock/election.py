@@ -31,6 +31,15 @@ logger = logging.getLogger("django_redislock.election")
 Callback = Callable[["Election"], Any]
 
 
+class LeaderLease(Lock):
+    """One term's lease: a :class:`~.lock.Lock` whose events and metrics are the
+    election's, and whose holder description says so (inspection and the admin show it
+    as kind ``"election"``, its fence as the term)."""
+
+    _event_kind = "election"
+    _holder_role = "election"
+
+
 class Election:
     """Campaign for leadership of ``name``; one leader at a time across every process.
 
@@ -86,7 +95,7 @@ class Election:
         return self._fence
 
     def _new_lock(self, timeout: float | None) -> Lock:
-        lock = Lock(
+        return LeaderLease(
             self.name,
             ttl=self.ttl,
             timeout=timeout,
@@ -98,8 +107,6 @@ class Election:
             reentrant=False,  # two candidates in one thread are two candidates
             metrics_name=self.metrics_name,
         )
-        lock._event_kind = "election"  # its events and metrics are the election's
-        return lock
 
     def _lost(self, lock: Lock) -> None:
         # Called by the lock (the watchdog's thread or task), or by _end_term: once a term.

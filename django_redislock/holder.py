@@ -54,11 +54,13 @@ def held_token(value: str) -> str:
 trace_field: Callable[[], str] | None = None
 
 
-def holder_description(purpose: str | None, watchdog: bool, ttl_ms: int) -> str:
+def holder_description(purpose: str | None, watchdog: bool, ttl_ms: int, role: str = "") -> str:
     """host, pid, thread, purpose, acquired-at, watchdog flag and TTL, in one string.
 
     One string (not one hash field each) keeps the acquire call small and the
-    held lock's memory low; :func:`parse_holder` reads it back.
+    held lock's memory low; :func:`parse_holder` reads it back. ``role`` (an election's
+    lease says ``"election"``) comes last, after the trace field (empty when tracing is
+    off): a plain lock's description stays as short as before.
     """
     fields = [
         hostname(),
@@ -70,13 +72,15 @@ def holder_description(purpose: str | None, watchdog: bool, ttl_ms: int) -> str:
         str(ttl_ms),
     ]
     trace = trace_field
-    if trace is not None:
-        fields.append(_plain(trace()))
+    if trace is not None or role:
+        fields.append("" if trace is None else _plain(trace()))
+    if role:
+        fields.append(role)
     return SEPARATOR.join(fields)
 
 
 HOLDER_FIELDS = (
-    "host", "pid", "thread", "purpose", "acquired_at", "watchdog", "ttl_ms", "trace"
+    "host", "pid", "thread", "purpose", "acquired_at", "watchdog", "ttl_ms", "trace", "role"
 )  # fmt: skip
 
 

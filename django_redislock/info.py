@@ -121,6 +121,16 @@ class LockInfo:
         return len(self.waiters)
 
     @property
+    def term(self) -> int | None:
+        """An election's term (its leader's fence); ``None`` for every other kind."""
+        return self.fence if self.kind == "election" else None
+
+    @property
+    def kind_text(self) -> str:
+        """Its kind as shown: ``lock``, or ``election, term 7``."""
+        return self.kind if self.term is None else f"{self.kind}, term {self.term}"
+
+    @property
     def holders_text(self) -> str:
         """How many hold it: ``1``, or ``2 of 3`` where the kind has a limit."""
         count = len(self.holders)
@@ -156,7 +166,7 @@ def holder_from_state(state: HolderState) -> LockHolder:
 
 def waiter_from_state(state: WaiterState, kind: str) -> LockWaiter:
     """A :class:`LockWaiter` from a waiter read by a kind (``kind``: the lock's, unless
-    the record names the side it waits for)."""
+    the record names the side it waits for, or its description a role: an election)."""
     fields = parse_holder(state.description) if state.description else {}
     pid = fields.get("pid", "")
     return LockWaiter(
@@ -164,7 +174,7 @@ def waiter_from_state(state: WaiterState, kind: str) -> LockWaiter:
         pid=int(pid) if pid.isdigit() else None,
         thread=fields.get("thread", ""),
         purpose=fields.get("purpose", ""),
-        kind=state.kind or kind,
+        kind=state.kind or fields.get("role") or kind,
         waiting_since=dt.datetime.fromtimestamp(state.since, tz=dt.timezone.utc),
         short_token=state.token[:6] + "…",
     )
@@ -275,7 +285,10 @@ def info_of(
     if not holders.states:
         return None
     records = [holder_from_state(state) for state in holders.states]
-    shown = holders.kind or kind  # a read-write lock says whether it is read or written
+    # A read-write lock says whether it is read or written; an election's lease, that it
+    # is one (its holder description's role).
+    role = parse_holder(holders.states[0].description).get("role")
+    shown = holders.kind or role or kind
     waiting = sorted((waiter_from_state(w, kind) for w in waiters), key=_longest_first)
     return info_from_holders(
         name, key, records, alias, kind=shown, limit=holders.limit, waiters=waiting

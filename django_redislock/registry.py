@@ -157,6 +157,16 @@ register(
     )
 )
 
+# An election's lease is a mutex whose holder description says "election": inspection
+# shows it so, and force_release finds its operations here.
+register(
+    Kind(
+        "election",
+        operations=Mutex,
+        classes={"redis": "django_redislock.election.LeaderLease"},
+    )
+)
+
 for _side in ("read", "write"):
     register(
         Kind(

@@ -75,6 +75,7 @@ def as_dict(shot: Snapshot) -> dict[str, Any]:
             {
                 "name": info.name,
                 "kind": info.kind,
+                "term": info.term,
                 "holders": info.holders_text,
                 "owner": str(info.owner),
                 "purpose": info.purpose,

@@ -287,3 +287,49 @@ def test_the_checker_catches_a_renewal_that_re_acquires(candidates):
     )
     group.close()
     assert leadership_violations(group.events()) != []
+
+
+# -- inspection ----------------------------------------------------------------------------
+
+
+def test_inspection_shows_an_election_as_kind_election_with_its_term(lock_backend, admin_client):
+    from django.urls import reverse
+
+    from django_redislock import held_locks, lock_info
+    from django_redislock.inspection import RELEASED, force_release_holder
+
+    first = Election("shown", ttl=5, identity="node-a")
+    assert first.campaign(timeout=1)
+    first.resign()
+    second = Election("shown", ttl=5, identity="node-b")
+    assert second.campaign(timeout=1)  # term 2
+    rival = Election("shown", ttl=5, identity="node-c")
+    waiting = threading.Thread(target=rival.campaign, kwargs={"timeout": 5})
+    waiting.start()
+    try:
+        assert wait_until(lambda: (i := lock_info("shown")) is not None and i.waiters, 5)
+        info = lock_info("shown")
+        assert info is not None
+        assert (info.kind, info.term, info.kind_text) == ("election", 2, "election, term 2")
+        assert info.purpose == "node-b"
+        assert [(w.purpose, w.kind) for w in info.waiters] == [("node-c", "election")]
+        assert [(i.name, i.kind, i.term) for i in held_locks("shown")] == [("shown", "election", 2)]
+        page = admin_client.get(reverse("admin:django_redislock_heldlock_change", args=["shown"]))
+        assert "election, term 2" in page.content.decode()
+        # Released as what it is: the leader loses its term, the rival takes the next.
+        assert force_release_holder("shown", token=info.token).status == RELEASED
+        waiting.join(5)
+        assert rival.is_leader and rival.fence == 3
+        assert wait_until(lambda: not second.is_leader, 5)  # its watchdog finds out
+    finally:
+        rival.resign()
+        waiting.join(5)
+        second.resign()
+
+
+def test_a_plain_lock_keeps_its_kind_and_has_no_term(lock_backend):
+    from django_redislock import Lock, lock_info
+
+    with Lock("plain", ttl=5):
+        info = lock_info("plain")
+        assert info is not None and (info.kind, info.term, info.kind_text) == ("lock", None, "lock")

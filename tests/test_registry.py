@@ -27,11 +27,13 @@ def test_the_mutex_kind_runs_over_both_backends() -> None:
     assert mutex.lock_class() is Lock and mutex.lock_class("redis") is Lock
     assert mutex.lock_class("redlock") is Redlock
     assert lock_class() is Lock and lock_class(connections=["a", "b", "c"]) is Redlock
-    assert [kind.name for kind in registry.kinds()] == ["lock", "semaphore", "read", "write"]
+    kinds = [kind.name for kind in registry.kinds()]
+    assert kinds == ["lock", "semaphore", "election", "read", "write"]
 
 
 def test_unknown_names_are_refused_with_what_is_known() -> None:
-    with pytest.raises(ValueError, match=r"Unknown lock kind 'gate'; known kinds: lock, read, sem"):
+    known = r"Unknown lock kind 'gate'; known kinds: election, lock, read, sem"
+    with pytest.raises(ValueError, match=known):
         registry.kind("gate")
     with pytest.raises(ValueError, match=r"backend must be one of redis, redlock for a lock"):
         registry.kind().lock_class("zookeeper")

@@ -41,7 +41,7 @@ def lock_fields(info: LockInfo, alias: str) -> list[tuple[str, str]]:
     """(label, text) pairs describing a held lock as a whole."""
     return [
         ("Name", info.name),
-        ("Kind", info.kind),
+        ("Kind", info.kind_text),
         ("Holders", info.holders_text),
         ("Redis key", info.key),
         ("Connection", alias),

@@ -159,7 +159,7 @@ class Mutex(KindOptions):
             token,
             self.ttl_ms,
             "1" if self.fencing else "0",
-            holder_description(self.purpose, self.watchdog, self.ttl_ms),
+            holder_description(self.purpose, self.watchdog, self.ttl_ms, self.role),
             waited_ms if claims else 0,
             self.claim_ms if claims else 0,
             wake_id() if claims else "",

@@ -10,7 +10,7 @@ from ..keys import LockKeys
 class KindOptions:
     """The keys and the holder's options of one lock, shared by every kind's operations."""
 
-    __slots__ = ("fencing", "keys", "purpose", "ttl_ms", "watchdog")
+    __slots__ = ("fencing", "keys", "purpose", "role", "ttl_ms", "watchdog")
 
     def __init__(
         self,
@@ -20,8 +20,11 @@ class KindOptions:
         fencing: bool = True,
         purpose: str | None = None,
         watchdog: bool = False,
+        role: str = "",
     ) -> None:
         self.keys = keys
+        #: What the holder description says the holder is, beyond its kind (``"election"``).
+        self.role = role
         self.ttl_ms = ttl_ms
         self.fencing = fencing
         self.purpose = purpose
@@ -35,6 +38,7 @@ class KindOptions:
             "fencing": lock.fencing,
             "purpose": lock.purpose,
             "watchdog": lock.watchdog,
+            "role": lock._holder_role,
         }
 
 

@@ -80,7 +80,7 @@ class Queued(KindOptions):
             token,
             self.ttl_ms,
             "1" if self.fencing else "0",
-            holder_description(self.purpose, self.watchdog, self.ttl_ms),
+            holder_description(self.purpose, self.watchdog, self.ttl_ms, self.role),
             waited_ms,
             self.place_ms,
             rule,

@@ -69,6 +69,7 @@ def info_dict(info: LockInfo) -> dict[str, Any]:
     return {
         "name": info.name,
         "kind": info.kind,
+        "term": info.term,
         "key": info.key,
         "ttl": None if info.ttl is None else round(info.ttl, 3),
         "owner": {"host": info.owner.host, "pid": info.owner.pid, "thread": info.owner.thread},
@@ -220,7 +221,7 @@ class Command(BaseCommand):
         """The lock, then each holder (``holders``: only those, default all)."""
         lines = [
             ("Name", info.name),
-            ("Kind", info.kind),
+            ("Kind", info.kind_text),
             ("Key", info.key),
             ("Connection", info.connection),
             ("Holders", info.holders_text),
