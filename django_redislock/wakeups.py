@@ -8,7 +8,9 @@ so the two sides cannot drift apart.
 
 from __future__ import annotations
 
+import os
 import re
+import secrets
 from typing import NamedTuple
 
 #: Released in turn: the longest-waiting local waiter tries again (one release, one winner).
@@ -70,3 +72,29 @@ def decode(data: bytes) -> Wakeup:
     if data.startswith(_TURN_OF):
         return Wakeup(everyone=False, turn=frozenset(data[len(_TURN_OF) :].split(b",")))
     return Wakeup(everyone=data == _FREED_OUT_OF_TURN)
+
+
+#: This process's wake id (a new one in a forked child): see :func:`wake_id`.
+_wake_id = secrets.token_hex(8)
+
+
+def wake_id() -> str:
+    """This process's wake id: a waiter's claim names it, and the release that hands the
+    lock over publishes on :func:`wake_channel`, where only this process listens."""
+    return _wake_id
+
+
+def wake_channel() -> bytes:
+    """``P:wake:<id>``: under the key prefix, so an ACL's ``&P:*`` covers it."""
+    from .conf import get_config
+
+    return f"{get_config()['KEY_PREFIX']}:wake:{_wake_id}".encode()
+
+
+def _new_wake_id_after_fork() -> None:
+    # The parent's hand-offs must not wake the child, nor the reverse.
+    global _wake_id
+    _wake_id = secrets.token_hex(8)
+
+
+os.register_at_fork(after_in_child=_new_wake_id_after_fork)

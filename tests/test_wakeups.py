@@ -92,7 +92,7 @@ def test_a_fake_socket_is_never_selected_on():
 
     import fakeredis
 
-    from django_redislock.waiting import _fileno
+    from django_redislock.subscriber import _fileno
 
     pubsub = fakeredis.FakeRedis(server=fakeredis.FakeServer()).pubsub()
     pubsub.subscribe("channel")
