@@ -142,9 +142,11 @@ class LockInfo:
         return self.token[:6] + "…"
 
 
-def holder_from_state(state: HolderState) -> LockHolder:
-    """A :class:`LockHolder` from a holder read by a script (``read_holder``, a busy acquire)."""
-    fields = parse_holder(state.description) if state.description else {}
+def holder_from_state(state: HolderState, fields: dict[str, str] | None = None) -> LockHolder:
+    """A :class:`LockHolder` from a holder read by a script (``read_holder``, a busy acquire);
+    ``fields``: its description already parsed (:func:`~.holder.parse_holder`)."""
+    if fields is None:
+        fields = parse_holder(state.description) if state.description else {}
     pid = fields.get("pid", "")
     stamp = fields.get("acquired_at", "")
     try:
@@ -284,11 +286,12 @@ def info_of(
     nobody holds it."""
     if not holders.states:
         return None
-    records = [holder_from_state(state) for state in holders.states]
+    first, *others = holders.states
+    fields = parse_holder(first.description) if first.description else {}
+    records = [holder_from_state(first, fields), *map(holder_from_state, others)]
     # A read-write lock says whether it is read or written; an election's lease, that it
     # is one (its holder description's role).
-    role = parse_holder(holders.states[0].description).get("role")
-    shown = holders.kind or role or kind
+    shown = holders.kind or fields.get("role") or kind
     waiting = sorted((waiter_from_state(w, kind) for w in waiters), key=_longest_first)
     return info_from_holders(
         name, key, records, alias, kind=shown, limit=holders.limit, waiters=waiting

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from django_redislock import lock_info
-from tests.support.browser import MISSING, available, headless_chromium
+from tests.support.browser import MISSING, available, headless_chromium, log_in
 
 ROOT = Path(__file__).resolve().parent.parent
 # The README's screenshot is rewritten only on request, so a test run leaves the tree clean.
@@ -134,13 +134,8 @@ def browser() -> Iterator[object]:
 
 
 def _log_in(browser: Any, live_server: Any, django_user_model: Any) -> None:
-    from selenium.webdriver.common.by import By
-
     django_user_model.objects.create_superuser("admin", "admin@example.com", "secret-pw")
-    browser.get(f"{live_server.url}/admin/login/?next=/admin/")
-    browser.find_element(By.NAME, "username").send_keys("admin")
-    browser.find_element(By.NAME, "password").send_keys("secret-pw")
-    browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    log_in(browser, live_server.url, "admin", "secret-pw")
 
 
 def test_release_a_lock_held_by_another_process(

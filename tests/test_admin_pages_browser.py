@@ -18,7 +18,7 @@ import pytest
 
 from django_redislock import Lock, history, lock_info
 from django_redislock.connection import lock_client
-from tests.support.browser import MISSING, available, headless_chromium
+from tests.support.browser import MISSING, available, headless_chromium, log_in
 from tests.support.polling import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,24 +94,13 @@ def scene(settings: Any, real_backend: Any) -> Iterator[Lock]:
         history.disable()
 
 
-def _log_in(browser: Any, url: str, username: str, password: str) -> None:
-    from selenium.webdriver.common.by import By
-
-    browser.get(f"{url}/admin/login/?next=/admin/")
-    browser.find_element(By.NAME, "username").send_keys(username)
-    browser.find_element(By.NAME, "password").send_keys(password)
-    browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
-    # Logged in once the admin index is in (a page asked for sooner may be overtaken).
-    browser.find_element(By.ID, "user-tools")
-
-
 def test_waiting_the_timeline_and_hot_locks_in_a_browser(
     live_server: Any, django_user_model: Any, browser: Any, scene: Lock
 ) -> None:
     from selenium.webdriver.common.by import By
 
     django_user_model.objects.create_superuser("admin", "admin@example.com", "secret-pw")
-    _log_in(browser, live_server.url, "admin", "secret-pw")
+    log_in(browser, live_server.url, "admin", "secret-pw")
     browser.find_element(By.LINK_TEXT, "Held locks").click()
     browser.find_element(By.CSS_SELECTOR, "a.heldlock-waiting-link").click()
     assert browser.find_element(By.CSS_SELECTOR, "#content h1").text == "Waiting for locks"
@@ -173,7 +162,7 @@ def test_a_staff_user_without_the_permission_gets_403(
     from selenium.webdriver.common.by import By
 
     django_user_model.objects.create_user("staff", password="secret-pw", is_staff=True)
-    _log_in(browser, live_server.url, "staff", "secret-pw")
+    log_in(browser, live_server.url, "staff", "secret-pw")
     for path in ("waiting/", "hot/", "report:sales/change/"):
         browser.get(f"{live_server.url}/admin/django_redislock/heldlock/{path}")
         text = browser.find_element(By.TAG_NAME, "body").text

@@ -121,9 +121,6 @@ def test_fenced_reads_close_the_lost_update_write_only_fences_let_in(make_server
     # soak once found). Fencing the read too refuses A's write.
     url = make_server().url
     plain, fenced = RedisResource(url), FencedReadResource(url)
-    fenced.PREFIX = "faults:fenced"
-    fenced.keys = [f"faults:fenced:{part}" for part in ("counter", "fence", "log")]
-    fenced.seen_key = ["faults:fenced:seen"]
     for resource in (plain, fenced):
         resource.create()
     a, b = plain.read(), plain.read()

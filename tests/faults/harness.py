@@ -187,16 +187,16 @@ class RedisResource:
 
     PREFIX = "faults:resource"
 
-    def __init__(self, url: str, *, enforce: bool = True) -> None:
+    def __init__(self, url: str, *, enforce: bool = True, prefix: str = PREFIX) -> None:
         self.url = url
         self.enforce = enforce
         self.client = redis.Redis.from_url(url, socket_timeout=10)
-        self.keys = [f"{self.PREFIX}:counter", f"{self.PREFIX}:fence", f"{self.PREFIX}:log"]
+        self.keys = [f"{prefix}:counter", f"{prefix}:fence", f"{prefix}:log"]
         #: With a key here, reads are fenced too (:class:`FencedReadResource`).
         self.seen_key: list[str] = []
 
     def create(self) -> None:
-        self.client.delete(*self.keys)
+        self.client.delete(*self.keys, *self.seen_key)
 
     def read(self) -> int:
         return int(self.client.get(self.keys[0]) or 0)
@@ -229,12 +229,9 @@ class FencedReadResource(RedisResource):
     writes, so a read-modify-write is as safe as the fences.
     """
 
-    def __init__(self, url: str, *, enforce: bool = True) -> None:
-        super().__init__(url, enforce=enforce)
-        self.seen_key = [f"{self.PREFIX}:seen"]
-
-    def create(self) -> None:
-        self.client.delete(*self.keys, *self.seen_key)
+    def __init__(self, url: str, *, enforce: bool = True, prefix: str = "faults:fenced") -> None:
+        super().__init__(url, enforce=enforce, prefix=prefix)
+        self.seen_key = [f"{prefix}:seen"]
 
     def fenced_read(self, fence: int) -> int | None:
         """The counter, read with ``fence``; None when a newer fence has read it."""

@@ -11,7 +11,4 @@ class NamedResource(FencedReadResource):
     """A :class:`FencedReadResource` whose keys belong to one lock name."""
 
     def __init__(self, url: str, name: str, *, enforce: bool = True) -> None:
-        super().__init__(url, enforce=enforce)
-        prefix = f"soak:resource:{name}"
-        self.keys = [f"{prefix}:counter", f"{prefix}:fence", f"{prefix}:log"]
-        self.seen_key = [f"{prefix}:seen"]
+        super().__init__(url, enforce=enforce, prefix=f"soak:resource:{name}")

@@ -52,3 +52,15 @@ def headless_chromium(window: str = "1280,800") -> Iterator[Any]:
     finally:
         driver.quit()
         shutil.rmtree(profile, ignore_errors=True)
+
+
+def log_in(driver: Any, url: str, username: str, password: str) -> None:
+    """Log in to the admin at ``url``; returns once the admin index is in (a page asked
+    for sooner may be overtaken by the login's redirect)."""
+    from selenium.webdriver.common.by import By
+
+    driver.get(f"{url}/admin/login/?next=/admin/")
+    driver.find_element(By.NAME, "username").send_keys(username)
+    driver.find_element(By.NAME, "password").send_keys(password)
+    driver.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    driver.find_element(By.ID, "user-tools")
